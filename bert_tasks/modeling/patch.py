@@ -1,0 +1,85 @@
+"""patch_bert: the only code that touches transformers' BERT internals.
+
+It swaps every `BertSelfAttention` of a model for `FusedBertSelfAttention` in place, carrying over the
+weights, mode, dtype, device and any forward hooks transformers already installed (output capturing), and
+gives the model a `prune_heads` that works on the fused projection. Cross-attention is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import MethodType
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.models.bert.modeling_bert import BertAttention, BertSelfAttention
+from transformers.pytorch_utils import prune_linear_layer
+
+from bert_tasks.errors import BertTasksError
+from bert_tasks.modeling.attention import FusedBertSelfAttention
+
+
+def patch_bert(model: nn.Module) -> nn.Module:
+    """Replace the self-attention of a transformers BERT model (any `BertFor*` head) in place.
+
+    Idempotent: patching a patched model changes nothing. Returns the model for chaining.
+
+    Raises:
+        BertTasksError: the model is not a transformers BERT model.
+    """
+    attentions = [m for m in model.modules() if isinstance(m, BertAttention) and not m.is_cross_attention]
+    if not isinstance(model, PreTrainedModel) or not attentions:
+        kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+        raise BertTasksError(
+            f"patch_bert: {type(model).__name__} ({kind}) is not a transformers BERT model; "
+            "bert-tasks patches BertModel and the BertFor* heads only"
+        )
+    for attention in attentions:
+        if type(attention.self) is BertSelfAttention:
+            attention.self = FusedBertSelfAttention.from_stock(attention.self)
+    model.prune_heads = MethodType(prune_heads, model)
+    return model
+
+
+def is_patched(model: nn.Module) -> bool:
+    """True when the model runs bert-tasks' fused attention."""
+    return any(isinstance(m, FusedBertSelfAttention) for m in model.modules())
+
+
+def prune_heads(model: PreTrainedModel, heads_to_prune: dict[int, Iterable[int]]) -> None:
+    """Remove attention heads, given per layer in the original numbering (transformers 4's API).
+
+    Pruned heads are recorded in `config.pruned_heads`, so `load_model` rebuilds the same shapes.
+    """
+    layers = model.base_model.encoder.layer
+    pruned: dict[int, list[int]] = {
+        int(k): list(v) for k, v in (getattr(model.config, "pruned_heads", {}) or {}).items()
+    }
+    for layer_index, heads in heads_to_prune.items():
+        attention = layers[int(layer_index)].attention
+        already = set(pruned.get(int(layer_index), []))
+        _prune_attention(attention, set(heads) - already, already)
+        pruned[int(layer_index)] = sorted(already | set(heads))
+    model.config.pruned_heads = pruned
+
+
+def _prune_attention(attention: BertAttention, heads: set[int], already: set[int]) -> None:
+    """Drop `heads` (original numbering) from one layer's fused qkv rows and output columns."""
+    self_attention = attention.self
+    if not isinstance(self_attention, FusedBertSelfAttention):
+        raise BertTasksError("prune_heads: call patch_bert(model) before pruning heads")
+    if not heads:
+        return
+    head_size = self_attention.attention_head_size
+    # Position of each original head among the heads still present.
+    current = {h: h - sum(p < h for p in already) for h in heads}
+    keep = torch.ones(self_attention.num_attention_heads, head_size, dtype=torch.bool)  # [H, D]
+    for head in heads:
+        keep[current[head]] = False
+    columns = keep.flatten().nonzero().squeeze(1)  # [H' * D]
+    rows = torch.cat([columns + block * self_attention.all_head_size for block in range(3)])  # [3 * H' * D]
+    self_attention.qkv = prune_linear_layer(self_attention.qkv, rows, dim=0)
+    attention.output.dense = prune_linear_layer(attention.output.dense, columns, dim=1)
+    self_attention.num_attention_heads -= len(heads)
+    self_attention.all_head_size = self_attention.num_attention_heads * head_size
