@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ class Task(ABC):
     @abstractmethod
     def read(self, cfg: Config) -> DatasetDict:
         """Read the splits named in `cfg` (train/validation/test) into raw datasets."""
+
+    @abstractmethod
+    def texts_to_raw(self, texts: list[str]) -> Dataset:
+        """Unlabelled texts -> the raw rows `encode` and `decode` take (prediction input)."""
 
     @abstractmethod
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
@@ -80,3 +85,25 @@ class Task(ABC):
         id2label: dict[int, str],
     ) -> list[Any]:
         """Merge per-window logits into one plain-Python prediction per raw example."""
+
+    @abstractmethod
+    def render_predictions(self, texts: Sequence[str], predictions: Sequence[Any]) -> str:
+        """Predictions as text for people (the CLI's default output)."""
+
+    @abstractmethod
+    def render_metrics(self, metrics: dict[str, Any]) -> str:
+        """Evaluation results as text for people."""
+
+    def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
+        """Write the task's evaluation plots (none by default); return their paths."""
+        return []
+
+
+def score_table(rows: dict[str, dict[str, Any]], first_header: str) -> list[str]:
+    """Per-class (sentiment) or per-type (NER) precision/recall/F1/support as aligned text lines."""
+    width = max(len(first_header), *(len(name) for name in rows))
+    lines = [f"{first_header:<{width}}  precision  recall  f1      support"]
+    for name, row in rows.items():
+        scores = f"{row['precision']:<9.4f}  {row['recall']:<6.4f}  {row['f1']:<6.4f}"
+        lines.append(f"{name:<{width}}  {scores}  {row['support']}")
+    return lines

@@ -1,0 +1,141 @@
+"""Benchmark: bert-tasks' fused attention against stock transformers BERT (eager and sdpa), one run.
+
+For each sequence length, dtype (fp32, bf16 autocast) and mode (inference forward; training forward +
+backward + AdamW step with the model's dropout), the implementations run interleaved over several
+repeats on the same padded batches (~30% padding), and the table reports the median real-token
+throughput, the ratio to HF sdpa, and the peak tensor memory of one step.
+
+    python bench/attention.py                      # default model, batch 32, seq 128 and 512
+    python bench/attention.py --seq-lens 128 --repeats 5 --json bench/results/attention.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import BertForSequenceClassification
+
+from bert_tasks import load_model
+from bert_tasks.modeling.load import resolve_model_path
+from bert_tasks.profiling import peak_memory_bytes
+
+IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks")
+
+
+def build_model(name: str, model_path: str) -> torch.nn.Module:
+    if name == "bert-tasks":
+        return load_model(model_path, "sentiment", ["negative", "positive"])
+    attn = name.removeprefix("hf-")
+    return BertForSequenceClassification.from_pretrained(model_path, num_labels=2, attn_implementation=attn)
+
+
+def padded_batch(batch: int, seq_len: int, vocab: int, seed: int) -> dict[str, torch.Tensor]:
+    """Random ids with lengths uniform in [0.4, 1] x seq_len: about 30% padding, like real batches."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(int(0.4 * seq_len), seq_len + 1, (batch,), generator=generator)
+    lengths[0] = seq_len  # the longest row sets the padded width
+    input_ids = torch.randint(1000, vocab, (batch, seq_len), generator=generator)
+    attention_mask = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()  # [B, T]
+    return {
+        "input_ids": input_ids * attention_mask,
+        "attention_mask": attention_mask,
+        "labels": torch.randint(0, 2, (batch,), generator=generator),
+    }
+
+
+def make_step(
+    model: torch.nn.Module, mode: str, dtype: str, batch: dict[str, torch.Tensor]
+) -> Callable[[], None]:
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
+    if mode == "inference":
+        model.eval()
+
+        def step() -> None:
+            with torch.inference_mode(), autocast:
+                model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+
+        return step
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step() -> None:
+        with autocast:
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default="all-MiniLM-L6-v2")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--modes", nargs="+", default=["inference", "train"], choices=["inference", "train"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+    model_path = resolve_model_path(args.model)
+    models = {name: build_model(name, model_path) for name in IMPLEMENTATIONS}
+    vocab = models["hf-sdpa"].config.vocab_size
+    print(
+        f"model {args.model} | batch {args.batch} | torch {torch.__version__} "
+        f"| threads {torch.get_num_threads()}"
+    )
+    rows = []
+    for seq_len in args.seq_lens:
+        batch = padded_batch(args.batch, seq_len, vocab, seed=seq_len)
+        real_tokens = int(batch["attention_mask"].sum())
+        for dtype in args.dtypes:
+            for mode in args.modes:
+                steps = {name: make_step(model, mode, dtype, batch) for name, model in models.items()}
+                for step in steps.values():
+                    step()  # warm-up: allocator, oneDNN kernels, optimizer state
+                times: dict[str, list[float]] = {name: [] for name in steps}
+                for _ in range(args.repeats):
+                    for name, step in steps.items():  # interleaved: machine noise hits all alike
+                        start = time.perf_counter()
+                        step()
+                        times[name].append(time.perf_counter() - start)
+                peaks = {name: peak_memory_bytes(step) for name, step in steps.items()}
+                base = real_tokens / statistics.median(times["hf-sdpa"])
+                for name in steps:
+                    tokens_per_s = real_tokens / statistics.median(times[name])
+                    row = {
+                        "seq_len": seq_len,
+                        "dtype": dtype,
+                        "mode": mode,
+                        "impl": name,
+                        "tokens_per_s": round(tokens_per_s, 1),
+                        "vs_hf_sdpa": round(tokens_per_s / base, 3),
+                        "peak_mib": round(peaks[name] / 2**20, 1),
+                    }
+                    rows.append(row)
+                    print(
+                        f"| {seq_len} | {dtype} | {mode} | {name} | {row['tokens_per_s']:.0f} | "
+                        f"{row['vs_hf_sdpa']:.2f}x | {row['peak_mib']:.0f} |",
+                        flush=True,
+                    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The `bert-tasks` command: argument parsing and dispatch only.
+
+Every user mistake surfaces as a BertTasksError: printed as one line, exit status 1, with the traceback
+only under --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bert_tasks.errors import BertTasksError
+from bert_tasks.tasks import TASK_NAMES
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script (and of `python -m bert_tasks`)."""
+    parser = _parser()
+    # Options may come after positionals ("predict ner --model DIR 'text'"), which argparse's nargs="*"
+    # positionals do not allow: collect the leftovers into the command's positional list.
+    args, extra = parser.parse_known_args(argv)
+    unknown = [item for item in extra if item.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    getattr(args, args.positionals).extend(extra)
+    _quiet_libraries()
+    try:
+        args.run(args)
+    except BertTasksError as error:
+        if args.debug:
+            raise
+        print(f"bert-tasks: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bert-tasks: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bert-tasks",
+        description="Fine-tune BERT models on sentiment and NER, evaluate them, and predict.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    finetune = commands.add_parser("finetune", help="train a model (defaults: bundled model + demo data)")
+    finetune.add_argument("task", choices=TASK_NAMES)
+    finetune.add_argument("--recipe", help="a recipes/*.yaml file; key=value overrides win over it")
+    finetune.add_argument("--resume", action="store_true", help="continue the run in output_dir")
+    finetune.add_argument("--overwrite", action="store_true", help="replace what output_dir holds")
+    finetune.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. lr=3e-5")
+    finetune.set_defaults(run=_finetune, positionals="overrides")
+
+    evaluate = commands.add_parser("evaluate", help="score a saved model on a labelled file")
+    evaluate.add_argument("task", choices=TASK_NAMES)
+    evaluate.add_argument("--model", help="saved model dir (default: runs/<task>)")
+    evaluate.add_argument("--data", required=True, help="labelled file in any format finetune reads")
+    evaluate.add_argument(
+        "--out", help="where to write metrics JSON and plots (default: <model>/eval-<data>)"
+    )
+    evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="reader settings, e.g. text_column=x"
+    )
+    evaluate.set_defaults(run=_evaluate, positionals="overrides")
+
+    predict = commands.add_parser("predict", help="label texts with a saved model")
+    predict.add_argument("task", choices=TASK_NAMES)
+    predict.add_argument("texts", nargs="*", metavar="TEXT")
+    predict.add_argument("--model", help="saved model dir (default: runs/<task>)")
+    predict.add_argument("--file", help="texts to label: one per line, or JSONL with a 'text' field")
+    predict.add_argument("--json", action="store_true", help="one JSON object per text, for programs")
+    predict.add_argument("--batch-size", type=int, default=64)
+    predict.set_defaults(run=_predict, positionals="texts")
+    return parser
+
+
+def _finetune(args: argparse.Namespace) -> None:
+    from bert_tasks.config import load_recipe
+    from bert_tasks.train import train
+
+    flags = [f"{flag}=true" for flag in ("resume", "overwrite") if getattr(args, flag)]
+    cfg = load_recipe(args.recipe, [*args.overrides, *flags], task=args.task)
+    train(cfg)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from bert_tasks.evaluation import evaluate_file
+
+    model_dir = Path(args.model or f"runs/{args.task}")
+    out_dir = Path(args.out) if args.out else model_dir / f"eval-{Path(args.data).stem}"
+    metrics = evaluate_file(args.task, model_dir, args.data, args.overrides, out_dir)
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+
+
+def _predict(args: argparse.Namespace) -> None:
+    from bert_tasks.predict import PREDICTORS
+
+    texts = list(args.texts) + (_read_texts(args.file) if args.file else [])
+    if not texts:
+        raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
+    if args.batch_size < 1:
+        raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
+    predictor = PREDICTORS[args.task](args.model or f"runs/{args.task}", batch_size=args.batch_size)
+    predictions = predictor.predict(texts)
+    if args.json:
+        for text, prediction in zip(texts, predictions, strict=True):
+            print(json.dumps(_as_record(args.task, text, prediction), ensure_ascii=False))
+    else:
+        print(predictor.task.render_predictions(texts, predictions))
+
+
+def _as_record(task: str, text: str, prediction: Any) -> dict[str, Any]:
+    return {"text": text, **prediction} if task == "sentiment" else {"text": text, "entities": prediction}
+
+
+def _read_texts(path: str) -> list[str]:
+    """Texts from a file: JSONL objects with a 'text' field, or one plain text per non-blank line."""
+    file = Path(path)
+    if not file.is_file():
+        raise BertTasksError(f"--file {path}: no such file")
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise BertTasksError(
+            f"--file {path}: not UTF-8 at byte {error.start}; re-save it as UTF-8"
+        ) from error
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise BertTasksError(f"{path}:{number}: invalid JSON ({error.msg})") from error
+            if not isinstance(record.get("text"), str):
+                raise BertTasksError(f"{path}:{number}: JSON line has no 'text' string field")
+            texts.append(record["text"])
+        else:
+            texts.append(line)
+    if not texts:
+        raise BertTasksError(f"--file {path}: no texts in it (empty or only blank lines)")
+    return texts
+
+
+def _quiet_libraries() -> None:
+    """Our own progress bars and messages say what happens; silence the libraries' per-load chatter."""
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

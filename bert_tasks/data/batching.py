@@ -1,0 +1,66 @@
+"""How batches are made: length-grouped training batches, length-sorted evaluation batches, dynamic padding.
+
+Padding is the waste that dominates BERT fine-tuning on short sentences (SST-2 averages ~13 tokens):
+grouping rows of similar length keeps batches nearly pad-free, and the collator pads each batch only to
+its own longest row. Every batch also carries `row`, the index of each window in its encoded dataset, so
+predictions made in any order (sorted, sharded over processes) are put back where they belong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader
+from transformers.trainer_pt_utils import LengthGroupedSampler
+
+#: The keys a transformers BERT head takes; everything else in a batch is bookkeeping.
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+
+Collate = Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]
+
+
+def model_inputs(batch: dict[str, torch.Tensor], with_labels: bool = True) -> dict[str, torch.Tensor]:
+    """The part of a batch the model takes."""
+    keys = MODEL_INPUTS if with_labels else MODEL_INPUTS[:-1]
+    return {key: batch[key] for key in keys if key in batch}
+
+
+class RowCollator:
+    """Wrap a task's collator so each batch also says which encoded rows it holds."""
+
+    def __init__(self, collate: Collate) -> None:
+        self.collate = collate
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        rows = torch.tensor([feature.pop("row") for feature in features])  # [B]
+        batch = self.collate(features)
+        batch["row"] = rows
+        return batch
+
+
+def with_rows(encoded: Dataset) -> Dataset:
+    """Add the `row` column the collator reports back."""
+    return encoded.add_column("row", list(range(len(encoded))))
+
+
+def train_loader(encoded: Dataset, collate: Collate, batch_size: int, seed: int) -> DataLoader:
+    """Shuffled batches of similar-length rows (transformers' LengthGroupedSampler, as in group_by_length)."""
+    generator = torch.Generator().manual_seed(seed)
+    sampler = LengthGroupedSampler(
+        batch_size, lengths=[len(ids) for ids in encoded["input_ids"]], generator=generator
+    )
+    return DataLoader(
+        with_rows(encoded), batch_size=batch_size, sampler=sampler, collate_fn=RowCollator(collate)
+    )
+
+
+def eval_loader(encoded: Dataset, collate: Collate, batch_size: int) -> DataLoader:
+    """Batches in length order (least padding); the `row` column restores the original order."""
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    order = sorted(range(len(encoded)), key=lengths.__getitem__)
+    return DataLoader(
+        with_rows(encoded), batch_size=batch_size, sampler=order, collate_fn=RowCollator(collate)
+    )

@@ -1,0 +1,405 @@
+"""NER readers: CoNLL column files, JSONL (tokens + tags, or text + character spans), the Hub.
+
+Every reader returns a `datasets.Dataset` with `tokens` (list[str]) and `tags` (list[str], BIO); the
+character-span reader also keeps `text` and `word_offsets` so predictions map back onto the raw string.
+
+Gold tags are BIO (IOB2). A stray `I-X` (after `O`, after another type, or first in a sentence) is
+*repaired* to `B-X` rather than rejected: that is how seqeval's default mode and conlleval read such a
+tag anyway, so the repair changes no score and makes the gold usable for training with valid BIO. Each
+file's repair count and first `file:line` are logged as one warning.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import regex
+from datasets import ClassLabel, Dataset
+
+from bert_tasks.errors import BertTasksError
+
+if TYPE_CHECKING:
+    from bert_tasks.config import Config
+
+logger = logging.getLogger(__name__)
+
+COLUMN_SUFFIXES = (".conll", ".txt", ".tsv", ".iob")
+JSON_SUFFIXES = (".jsonl", ".json")
+DOCSTART = "-DOCSTART-"
+
+# A word is a run of letters/digits/combining marks (so "café" in NFD form or Arabic with harakat stays
+# one word); any other visible character is a word of its own, like BC5CDR's punctuation-split tokens
+# ("22 - oxacalcitriol", "Parkinson ' s"). Whitespace and invisible characters (\p{C}: controls, zero
+# width joiners, bidi marks) are skipped, so every word has at least one character the tokenizer sees.
+_WORD = regex.compile(r"[\p{L}\p{N}\p{M}_]+|[^\p{L}\p{N}\p{M}_\s\p{C}]")
+
+
+def words_with_offsets(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Split raw text into words and their `[start, end)` character offsets (`text[start:end] == word`)."""
+    matches = list(_WORD.finditer(text))
+    return [m.group() for m in matches], [m.span() for m in matches]
+
+
+def texts_to_dataset(texts: list[str]) -> Dataset:
+    """Raw texts -> the `tokens`/`text`/`word_offsets` dataset that prediction encodes and decodes."""
+    split = [words_with_offsets(text) for text in texts]
+    return Dataset.from_dict(
+        {
+            "tokens": [words for words, _ in split],
+            "text": list(texts),
+            "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
+        }
+    )
+
+
+def check_tag(tag: str, where: str) -> None:
+    """Reject tags that are not `O`, `B-TYPE` or `I-TYPE` (e.g. IOBES, or the wrong CoNLL column)."""
+    if tag == "O" or (tag[:2] in ("B-", "I-") and len(tag) > 2):
+        return
+    raise BertTasksError(
+        f"{where}: tag {tag!r} is not BIO (O, B-TYPE, I-TYPE); convert the file to BIO (IOB2) "
+        "or point conll_tag_index at the tag column"
+    )
+
+
+def repair_bio(tags: list[str]) -> tuple[list[str], list[int]]:
+    """Turn each `I-X` that cannot continue an entity into `B-X`; return new tags and repaired positions."""
+    fixed, repaired = list(tags), []
+    for i, tag in enumerate(fixed):
+        if tag.startswith("I-") and (i == 0 or fixed[i - 1][2:] != tag[2:]):
+            fixed[i] = "B-" + tag[2:]
+            repaired.append(i)
+    return fixed, repaired
+
+
+class _RepairLog:
+    """Counts BIO repairs in one file so the user gets one warning line, not one per sentence."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.count, self.first = path, 0, ""
+
+    def add(self, repaired: list[int], where: list[str]) -> None:
+        if repaired and not self.first:
+            self.first = where[repaired[0]]
+        self.count += len(repaired)
+
+    def report(self) -> None:
+        if self.count:
+            logger.warning(
+                "%s: repaired %d invalid BIO tag(s) (I-X not continuing an X entity -> B-X, as seqeval and "
+                "conlleval read them); first at %s",
+                self.path,
+                self.count,
+                self.first,
+            )
+
+
+def _read_text(path: str | Path) -> tuple[Path, str]:
+    """Read a whole UTF-8 file (BOM allowed), with one-line errors for missing, empty or non-UTF-8 files."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertTasksError(f"{path}: file not found; check train_file/validation_file/test_file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise BertTasksError(
+            f"{path}:{line}: byte 0x{data[e.start]:02x} is not valid UTF-8; re-save the file as UTF-8"
+        ) from None
+    if not text.strip():
+        raise BertTasksError(f"{path}: file is empty; give a file with at least one sentence")
+    return path, text
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    # split("\n"), not splitlines(): tokens may legitimately contain \x0b, \x1c, U+2028 and the like.
+    for number, line in enumerate(text.split("\n"), start=1):
+        yield number, line.rstrip("\r")
+
+
+def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
+    """Read a CoNLL-style column file: token in column 0, tag in column `tag_index`.
+
+    Columns are tab-separated when the line has a tab (tokens may then contain spaces), otherwise split
+    on whitespace runs (CoNLL-2003's `token POS chunk NER`). Blank or whitespace-only lines end a
+    sentence; `-DOCSTART-` lines are document markers and are skipped.
+    """
+    if tag_index == 0:
+        raise BertTasksError("conll_tag_index=0 points at the token column; use the tag column (e.g. -1)")
+    path, text = _read_text(path)
+    repairs = _RepairLog(path)
+    tokens: list[list[str]] = []
+    tags: list[list[str]] = []
+    sentence: list[str] = []
+    sentence_tags: list[str] = []
+    where: list[str] = []
+
+    def flush() -> None:
+        if sentence:
+            fixed, repaired = repair_bio(sentence_tags)
+            repairs.add(repaired, where)
+            tokens.append(list(sentence))
+            tags.append(fixed)
+        sentence.clear()
+        sentence_tags.clear()
+        where.clear()
+
+    needed = tag_index + 1 if tag_index > 0 else 1 - tag_index
+    for number, line in _lines(text):
+        if not line.strip():
+            flush()
+            continue
+        columns = [c.strip() for c in line.rstrip().split("\t")] if "\t" in line else line.split()
+        if columns[0] == DOCSTART:
+            flush()
+            continue
+        at = f"{path}:{number}"
+        if len(columns) < needed:
+            raise BertTasksError(
+                f"{at}: expected at least {needed} columns (token ... tag), found "
+                f"{len(columns)}; fix the line or set conll_tag_index"
+            )
+        if not columns[0]:
+            raise BertTasksError(f"{at}: empty token in column 0; remove the line or put the token first")
+        tag = columns[tag_index]
+        check_tag(tag, at)
+        sentence.append(columns[0])
+        sentence_tags.append(tag)
+        where.append(at)
+    flush()
+    repairs.report()
+    if not tokens:
+        raise BertTasksError(f"{path}: no sentences found (only -DOCSTART- or blank lines); check the file")
+    return Dataset.from_dict({"tokens": tokens, "tags": tags})
+
+
+def _json_records(path: Path, text: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (`file:line` or `file:record N`, object) from JSON Lines or from one JSON array."""
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise BertTasksError(f"{path}:{e.lineno}: invalid JSON ({e.msg}); fix the file") from None
+        if not isinstance(records, list):
+            raise BertTasksError(f"{path}: expected a JSON array of objects or one JSON object per line")
+        for i, record in enumerate(records, start=1):
+            yield _object(f"{path}:record {i}", record)
+        return
+    for number, line in _lines(text):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BertTasksError(
+                f"{path}:{number}: invalid JSON ({e.msg}); write one JSON object per line"
+            ) from None
+        yield _object(f"{path}:{number}", record)
+
+
+def _object(where: str, record: Any) -> tuple[str, dict[str, Any]]:
+    if not isinstance(record, dict):
+        kind = type(record).__name__
+        raise BertTasksError(f"{where}: expected a JSON object, found {kind}; fix the record")
+    return where, record
+
+
+def _tokens_and_tags(
+    where: str, record: dict[str, Any], tokens_column: str, tag_column: str
+) -> tuple[list[str], list[str]]:
+    tokens, tags = record.get(tokens_column), record.get(tag_column)
+    for name, value in ((tokens_column, tokens), (tag_column, tags)):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BertTasksError(
+                f"{where}: field {name!r} must be a list of strings; fix the record or set "
+                "tokens_column/tag_column"
+            )
+    if len(tokens) != len(tags):
+        raise BertTasksError(f"{where}: {len(tokens)} tokens but {len(tags)} tags; give one tag per token")
+    for token in tokens:
+        if not token.strip():
+            raise BertTasksError(f"{where}: empty or whitespace-only token; remove it from {tokens_column!r}")
+    for tag in tags:
+        check_tag(tag, where)
+    return tokens, tags
+
+
+def read_jsonl_tokens(path: str | Path, tokens_column: str = "tokens", tag_column: str = "tags") -> Dataset:
+    """Read JSON Lines records holding pre-split tokens and one BIO tag per token."""
+    path, text = _read_text(path)
+    repairs = _RepairLog(path)
+    tokens, tags = [], []
+    for where, record in _json_records(path, text):
+        words, word_tags = _tokens_and_tags(where, record, tokens_column, tag_column)
+        fixed, repaired = repair_bio(word_tags)
+        repairs.add(repaired, [where] * len(fixed))
+        tokens.append(words)
+        tags.append(fixed)
+    repairs.report()
+    return Dataset.from_dict({"tokens": tokens, "tags": tags})
+
+
+def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]]:
+    """Validate `[{"start","end","label"}]` and return them sorted; overlapping spans are an error."""
+    if not isinstance(spans, list):
+        raise BertTasksError(f"{where}: 'spans' must be a list of {{start, end, label}} objects")
+    checked = []
+    for span in spans:
+        fields = span if isinstance(span, dict) else {}
+        start, end, label = fields.get("start"), fields.get("end"), fields.get("label")
+        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
+            raise BertTasksError(
+                f"{where}: span {span!r} needs integer start < end within the text (length {len(text)}); "
+                "fix the offsets"
+            )
+        if not isinstance(label, str) or not label or label.startswith(("B-", "I-")) or label == "O":
+            raise BertTasksError(
+                f"{where}: span label {label!r} must be an entity type such as 'Disease' (no B-/I- prefix)"
+            )
+        checked.append((start, end, label))
+    checked.sort()
+    for (s1, e1, _), (s2, e2, _) in itertools.pairwise(checked):
+        if s2 < e1:
+            raise BertTasksError(
+                f"{where}: spans {text[s1:e1]!r} [{s1}, {e1}) and {text[s2:e2]!r} [{s2}, {e2}) overlap; "
+                "keep one of them (nested entities are not supported)"
+            )
+    return checked
+
+
+def spans_to_tags(
+    offsets: list[tuple[int, int]], spans: list[tuple[int, int, str]]
+) -> tuple[list[str], list[tuple[int, int, str]]]:
+    """Tag words from sorted, non-overlapping character spans; return tags and the spans that cut a word.
+
+    A word touched by a span gets the span's label as a whole (a tokenizer-level tag cannot split it).
+    A word touched by two spans keeps the first one.
+    """
+    tags = ["O"] * len(offsets)
+    ends = [we for _, we in offsets]
+    cutting: list[tuple[int, int, str]] = []
+    for start, end, label in spans:
+        inside = []
+        for i in range(bisect.bisect_right(ends, start), len(offsets)):
+            if offsets[i][0] >= end:
+                break
+            if tags[i] == "O":
+                inside.append(i)
+        if any(offsets[i][0] < start or offsets[i][1] > end for i in inside) or not inside:
+            cutting.append((start, end, label))
+        for n, i in enumerate(inside):
+            tags[i] = ("B-" if n == 0 else "I-") + label
+    return tags, cutting
+
+
+def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
+    """Read JSON Lines records `{"text": ..., "spans": [{"start", "end", "label"}]}` into word-level BIO.
+
+    Words come from `words_with_offsets` (the splitter prediction uses), so training and prediction see
+    the same words. A span that cuts a word (or covers no word) is kept at word granularity and listed in
+    one warning; overlapping spans are an error.
+    """
+    path, raw = _read_text(path)
+    columns: dict[str, list] = {"tokens": [], "tags": [], "text": [], "word_offsets": []}
+    cut_reports: list[str] = []
+    for where, record in _json_records(path, raw):
+        text = record.get(text_column)
+        if not isinstance(text, str):
+            raise BertTasksError(
+                f"{where}: field {text_column!r} must be a string; fix the record or set text_column"
+            )
+        spans = _check_spans(where, text, record.get("spans", []))
+        words, offsets = words_with_offsets(text)
+        tags, cutting = spans_to_tags(offsets, spans)
+        cut_reports += [f"{where} {text[s:e]!r}" for s, e, _ in cutting]
+        columns["tokens"].append(words)
+        columns["tags"].append(tags)
+        columns["text"].append(text)
+        columns["word_offsets"].append([list(o) for o in offsets])
+    if cut_reports:
+        logger.warning(
+            "%s: %d span(s) do not fall on word boundaries; whole words were tagged instead: %s%s",
+            path,
+            len(cut_reports),
+            "; ".join(cut_reports[:5]),
+            " ..." if len(cut_reports) > 5 else "",
+        )
+    return Dataset.from_dict(columns)
+
+
+def hub_split_names(dataset_id: str) -> list[str]:
+    """The splits a Hub dataset (`path/config`) has, so a dataset without a test split still loads."""
+    from datasets import get_dataset_split_names  # deferred: only the online path needs the Hub machinery
+
+    hub_path, _, config_name = dataset_id.partition("/")
+    try:
+        return list(get_dataset_split_names(hub_path, config_name or None))
+    except (FileNotFoundError, ValueError, ConnectionError) as e:
+        raise BertTasksError(f"dataset={dataset_id}: cannot list its splits ({e}); check the id") from e
+
+
+def read_hub_ner(
+    dataset_id: str, split: str, tokens_column: str = "tokens", tag_column: str = "ner_tags"
+) -> Dataset:
+    """Download one split of a Hub NER dataset (`path/config`, like `glue/sst2`) as `tokens`/`tags`.
+
+    ClassLabel tag ids are mapped to their names, so the saved model gets real names in `id2label`.
+    """
+    from datasets import load_dataset  # deferred: only this online path needs the Hub machinery
+
+    hub_path, _, config_name = dataset_id.partition("/")
+    where = f"dataset={dataset_id} ({split})"
+    try:
+        data = load_dataset(hub_path, config_name or None, split=split)
+    except (FileNotFoundError, ValueError, ConnectionError) as e:
+        raise BertTasksError(f"{where}: cannot load ({e}); check the id and split") from e
+    missing = [c for c in (tokens_column, tag_column) if c not in data.column_names]
+    if missing:
+        raise BertTasksError(
+            f"{where}: no column {', '.join(missing)} (has {', '.join(data.column_names)}); "
+            "set tokens_column/tag_column"
+        )
+    feature = getattr(data.features[tag_column], "feature", None)
+    names = feature.names if isinstance(feature, ClassLabel) else None
+    repairs = _RepairLog(Path(where))
+    tags = []
+    for i, row in enumerate(data[tag_column]):
+        row_tags = [names[t] for t in row] if names else [str(t) for t in row]
+        for tag in row_tags:
+            check_tag(tag, f"{where} row {i}")
+        fixed, repaired = repair_bio(row_tags)
+        repairs.add(repaired, [f"row {i}"] * len(fixed))
+        tags.append(fixed)
+    repairs.report()
+    return Dataset.from_dict({"tokens": [list(t) for t in data[tokens_column]], "tags": tags})
+
+
+def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
+    """Pick the reader from the extension (and, for JSON, from the fields of the first record)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in COLUMN_SUFFIXES:
+        return read_conll(path, cfg.conll_tag_index)
+    if suffix not in JSON_SUFFIXES:
+        raise BertTasksError(
+            f"{path}: unknown NER file type {suffix!r}; use {', '.join(COLUMN_SUFFIXES + JSON_SUFFIXES)}"
+        )
+    _, text = _read_text(path)
+    _, first = next(_json_records(path, text), (None, None))
+    if first is None:
+        raise BertTasksError(f"{path}: no records found; give at least one JSON object")
+    if cfg.tokens_column in first:
+        return read_jsonl_tokens(path, cfg.tokens_column, cfg.tag_column)
+    if cfg.text_column in first and "spans" in first:
+        return read_jsonl_spans(path, cfg.text_column)
+    raise BertTasksError(
+        f"{path}: first record has fields {sorted(first)}; NER JSON needs {cfg.tokens_column!r} + "
+        f"{cfg.tag_column!r}, or {cfg.text_column!r} + 'spans'; set tokens_column/tag_column/text_column"
+    )

@@ -1,0 +1,35 @@
+"""`bert-tasks evaluate`: score a saved model on a labelled file and write the report next to it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bert_tasks.config import load_recipe
+from bert_tasks.predict import PREDICTORS
+
+
+def evaluate_file(
+    task: str, model_dir: str | Path, data_file: str, overrides: Sequence[str], out_dir: Path
+) -> dict[str, Any]:
+    """Read `data_file` the way the model's training recipe read its data, score it, write JSON + plots.
+
+    The recipe saved with the model supplies the reader settings (columns, label names, CoNLL tag
+    column); `overrides` (key=value) can change them for a file laid out differently.
+    """
+    predictor = PREDICTORS[task](model_dir)
+    recipe = Path(model_dir) / "recipe.yaml"
+    data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
+    cfg = load_recipe(
+        recipe if recipe.is_file() else None, [*data_only, *overrides, f"test_file={data_file}"], task
+    )
+    raw = predictor.task.read(cfg)["test"]
+    metrics = predictor.evaluate(raw)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    plots = predictor.task.save_plots(metrics, out_dir)
+    print(predictor.task.render_metrics(metrics))
+    print(f"\n{len(raw)} examples from {data_file}; report in {out_dir / 'metrics.json'}", *plots, sep="\n")
+    return metrics

@@ -1,0 +1,409 @@
+"""Named-entity recognition: word-level BIO tags predicted from BERT's sub-token logits.
+
+The pieces that are NER-only live here: aligning word tags with sub-tokens, merging overlapping windows
+back into words, BIO-constrained Viterbi decoding, and mapping entities back onto character offsets.
+
+Alignment policy (training and scoring agree on it):
+- The first sub-token of a word carries the word's label, the others -100 (or, with
+  `label_all_subtokens`, the continuation pieces carry the label with B- turned into I-).
+- Long sentences are split into overlapping windows by the fast tokenizer; a word in the overlap is
+  labelled in every window whose slice holds its first sub-token (training sees it in both contexts).
+- A word the tokenizer turns into no sub-token at all (zero-width or control characters) is fed as the
+  tokenizer's unknown token, so every word gets exactly one prediction and gold lengths always match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from datasets import Dataset, DatasetDict
+from seqeval.metrics.sequence_labeling import get_entities
+from transformers import BatchEncoding, BertForTokenClassification, DataCollatorForTokenClassification
+
+from bert_tasks.data.ner_files import hub_split_names, read_hub_ner, read_ner_file, texts_to_dataset
+from bert_tasks.errors import BertTasksError
+from bert_tasks.tasks.base import Task, score_table
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from bert_tasks.config import Config
+
+METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ner"
+#: Columns the model consumes; `example_id`/`word_ids` are bookkeeping the collator drops.
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+SPLITS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
+IGNORE = -100
+
+
+@lru_cache(maxsize=1)
+def load_ner_metric() -> Any:
+    """The local seqeval-based `evaluate` module (works offline, unlike `evaluate.load("seqeval")`)."""
+    import evaluate  # deferred: its import takes seconds and only scoring needs it
+
+    return evaluate.load(str(METRIC_DIR))
+
+
+def bio_label_names(tags: Sequence[Sequence[str]]) -> list[str]:
+    """`O` first, then `B-X`, `I-X` for every entity type X in `tags`, types sorted by name."""
+    types = sorted({tag[2:] for row in tags for tag in row if tag != "O"})
+    return ["O"] + [f"{prefix}-{name}" for name in types for prefix in ("B", "I")]
+
+
+def align_labels(
+    word_ids: Sequence[int | None],
+    first_piece: Sequence[bool],
+    word_label_ids: Sequence[int],
+    id2label: dict[int, str],
+    label2id: dict[str, int],
+    label_all_subtokens: bool = False,
+) -> list[int]:
+    """Per-token label ids for one window: word label on first pieces, -100 (or I-X) on the rest.
+
+    Args:
+        word_ids: The window's word index per token, None for special tokens.
+        first_piece: Whether each token is its word's first sub-token.
+        word_label_ids: Label id per word of the whole example.
+    """
+    labels = []
+    for word, first in zip(word_ids, first_piece, strict=True):
+        if word is None:
+            labels.append(IGNORE)
+        elif first:
+            labels.append(word_label_ids[word])
+        elif label_all_subtokens:
+            tag = id2label[word_label_ids[word]]
+            labels.append(label2id["I-" + tag[2:]] if tag.startswith("B-") else word_label_ids[word])
+        else:
+            labels.append(IGNORE)
+    return labels
+
+
+def first_pieces(encoding: BatchEncoding) -> list[list[bool]]:
+    """Per window and token: is it its word's first sub-token (not a continuation piece)?
+
+    Offsets are relative to the word (`is_split_into_words`), so the first piece has the smallest start
+    of the word's pieces across all windows; this also flags a window that starts inside a word.
+    """
+    samples = encoding["overflow_to_sample_mapping"]
+    word_start: dict[tuple[int, int], int] = {}
+    for i, sample in enumerate(samples):
+        for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True):
+            if word is not None:
+                word_start[sample, word] = min(start, word_start.get((sample, word), start))
+    return [
+        [
+            word is not None and start == word_start[sample, word]
+            for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True)
+        ]
+        for i, sample in enumerate(samples)
+    ]
+
+
+def merge_windows(
+    example_ids: Sequence[int],
+    window_word_ids: Sequence[Sequence[int]],
+    window_logits: Sequence[np.ndarray],
+    num_words: Sequence[int],
+) -> list[np.ndarray]:
+    """Per example, a [num_words, num_labels] array: each word's first-sub-token logits from one window.
+
+    The window chosen for a word is the one where its first sub-token has the most context, i.e. the
+    largest distance to the nearer window edge (the max-context rule of BERT's SQuAD code). Ties go to the
+    earlier window; windows must be in encoding order. A window that starts in the middle of a word has
+    distance 0 there, so it never beats the earlier window holding the word's real first sub-token.
+    """
+    num_labels = np.asarray(window_logits[0]).shape[-1] if len(window_logits) else 0
+    merged = [np.zeros((n, num_labels), dtype=np.float32) for n in num_words]
+    best = [np.full(n, -1) for n in num_words]
+    for example, word_ids, logits in zip(example_ids, window_word_ids, window_logits, strict=True):
+        logits = np.asarray(logits, dtype=np.float32)  # [seq_len (maybe padded), num_labels]
+        content = [p for p, w in enumerate(word_ids) if w >= 0]
+        if not content:
+            continue
+        first, last = content[0], content[-1]
+        previous = -1
+        for p in content:
+            word = word_ids[p]
+            if word != previous:
+                context = min(p - first, last - p)
+                if context > best[example][word]:
+                    best[example][word] = context
+                    merged[example][word] = logits[p]
+            previous = word
+    return merged
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax, stable for large logits."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def bio_transitions(labels: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Allowed start tags [C] and transitions [C_prev, C_next]: I-X only after B-X or I-X."""
+    start = np.array([not label.startswith("I-") for label in labels])
+    allowed = np.ones((len(labels), len(labels)), dtype=bool)
+    for j, label in enumerate(labels):
+        if label.startswith("I-"):
+            allowed[:, j] = [prev[2:] == label[2:] and prev != "O" for prev in labels]
+    return start, allowed
+
+
+def viterbi_decode(log_probs: np.ndarray, labels: Sequence[str]) -> list[int]:
+    """The highest-scoring label sequence that is valid BIO, for one sentence's [n_words, C] scores.
+
+    Hand-written (a dozen numpy lines) because the constraint is the whole point and no installed
+    library decodes BIO-constrained sequences from independent per-token scores.
+    """
+    if len(log_probs) == 0:
+        return []
+    start, allowed = bio_transitions(labels)
+    transition = np.where(allowed, 0.0, -np.inf)  # [C_prev, C_next]
+    score = log_probs[0] + np.where(start, 0.0, -np.inf)  # [C]
+    backpointers = np.zeros(log_probs.shape, dtype=np.int64)  # [n_words, C]
+    for t in range(1, len(log_probs)):
+        candidates = score[:, None] + transition  # [C_prev, C_next]
+        backpointers[t] = candidates.argmax(axis=0)
+        score = candidates.max(axis=0) + log_probs[t]
+    path = [int(score.argmax())]
+    for t in range(len(log_probs) - 1, 0, -1):
+        path.append(int(backpointers[t, path[-1]]))
+    return path[::-1]
+
+
+class NerTask(Task):
+    """Token classification with BIO tags (BC5CDR-style Disease/Chemical, CoNLL-2003, NCBI-disease)."""
+
+    name = "ner"
+    model_class = BertForTokenClassification
+    default_metric = "f1"
+
+    def __init__(self, label_all_subtokens: bool = False, viterbi: bool = True) -> None:
+        self.label_all_subtokens = label_all_subtokens
+        self.viterbi = viterbi
+
+    def read(self, cfg: Config) -> DatasetDict:
+        """Read the configured files (or Hub splits), cap their size, check eval types exist in train."""
+        sources: dict[str, str] = {}
+        splits: dict[str, Dataset] = {}
+        hub_splits = hub_split_names(cfg.dataset) if cfg.dataset is not None else []
+        for split, field in SPLITS.items():
+            path = getattr(cfg, field)
+            if path is not None:
+                splits[split], sources[split] = read_ner_file(path, cfg), str(path)
+            elif split in hub_splits:
+                splits[split] = read_hub_ner(cfg.dataset, split, cfg.tokens_column, cfg.tag_column)
+                sources[split] = f"dataset={cfg.dataset} ({split})"
+        if not splits:
+            raise BertTasksError("no NER data: set train_file/validation_file/test_file or dataset")
+        for split, data in splits.items():
+            cap = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
+            if cap is not None and cap < len(data):
+                splits[split] = data.select(range(cap))
+        if "train" in splits:
+            known = {tag[2:] for row in splits["train"]["tags"] for tag in row if tag != "O"}
+            for split, data in splits.items():
+                unseen = sorted({tag[2:] for row in data["tags"] for tag in row if tag != "O"} - known)
+                if unseen:
+                    raise BertTasksError(
+                        f"{sources[split]}: entity type {unseen[0]!r} never occurs in the training data "
+                        f"({sources['train']}); add training examples of it (or raise max_train_samples)"
+                    )
+        return DatasetDict(splits)
+
+    def label_names(self, train: Dataset, cfg: Config) -> list[str]:
+        """`cfg.label_names` when given (checked against train), else O + B-/I- of every train type."""
+        found = bio_label_names(train["tags"])
+        if cfg.label_names is None:
+            return found
+        missing = sorted(set(found) - set(cfg.label_names))
+        if missing or "O" not in cfg.label_names:
+            raise BertTasksError(
+                f"label_names={cfg.label_names} lacks {missing or ['O']} used by the training data; "
+                "add them or drop label_names"
+            )
+        return list(cfg.label_names)
+
+    def encode(
+        self,
+        raw: Dataset,
+        tokenizer: PreTrainedTokenizerBase,
+        label2id: dict[str, int] | None,
+        max_length: int,
+        stride: int,
+    ) -> Dataset:
+        """Split each sentence into overlapping windows of sub-tokens with aligned word labels."""
+        room = max_length - tokenizer.num_special_tokens_to_add()
+        if not 0 <= stride < room:
+            raise BertTasksError(
+                f"stride={stride} must be >= 0 and < max_length - special tokens ({room}); lower stride"
+            )
+        id2label = {i: label for label, i in label2id.items()} if label2id is not None else {}
+
+        def tokenize(words: list[list[str]]) -> Any:
+            return tokenizer(
+                words,
+                is_split_into_words=True,
+                truncation=True,
+                max_length=max_length,
+                stride=stride,
+                return_overflowing_tokens=True,
+                return_offsets_mapping=True,
+            )
+
+        def windows(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
+            words = batch["tokens"]
+            encoding = tokenize(words)
+            covered = [set() for _ in words]
+            for i, sample in enumerate(encoding["overflow_to_sample_mapping"]):
+                covered[sample].update(w for w in encoding.word_ids(i) if w is not None)
+            if any(len(seen) < len(row) for seen, row in zip(covered, words, strict=True)):
+                words = [
+                    [w if j in seen else tokenizer.unk_token for j, w in enumerate(row)]
+                    for seen, row in zip(covered, words, strict=True)
+                ]
+                encoding = tokenize(words)
+            samples = encoding["overflow_to_sample_mapping"]
+            out = {
+                key: encoding[key]
+                for key in ("input_ids", "token_type_ids", "attention_mask")
+                if key in encoding
+            }
+            out["example_id"] = [indices[sample] for sample in samples]
+            out["word_ids"] = [
+                [-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(samples))
+            ]
+            if label2id is not None:
+                word_labels = [self._label_ids(row, label2id) for row in batch["tags"]]
+                out["labels"] = [
+                    align_labels(
+                        encoding.word_ids(i),
+                        first,
+                        word_labels[samples[i]],
+                        id2label,
+                        label2id,
+                        self.label_all_subtokens,
+                    )
+                    for i, first in enumerate(first_pieces(encoding))
+                ]
+            return out
+
+        return raw.map(
+            windows, batched=True, with_indices=True, remove_columns=raw.column_names, desc="Tokenizing NER"
+        )
+
+    @staticmethod
+    def _label_ids(tags: list[str], label2id: dict[str, int]) -> list[int]:
+        unknown = [tag for tag in tags if tag not in label2id]
+        if unknown:
+            raise BertTasksError(
+                f"tag {unknown[0]!r} is not one of the model's labels {list(label2id)}; "
+                "train a model that knows it or fix the data"
+            )
+        return [label2id[tag] for tag in tags]
+
+    def collator(
+        self, tokenizer: PreTrainedTokenizerBase
+    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
+        """Pad to the batch's longest window (multiple of 8 for tensor cores); labels padded with -100."""
+        pad = DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8, label_pad_token_id=IGNORE)
+
+        def collate(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+            return pad([{k: v for k, v in row.items() if k in MODEL_INPUTS} for row in rows])
+
+        return collate
+
+    def predict_tags(
+        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+    ) -> list[tuple[list[str], np.ndarray]]:
+        """Per raw example: word tags and each tag's probability (windows merged, then decoded)."""
+        labels = [id2label[i] for i in sorted(id2label)]  # id order; keys are ints (HF config)
+        merged = merge_windows(
+            encoded["example_id"], encoded["word_ids"], window_logits, [len(t) for t in raw["tokens"]]
+        )
+        results = []
+        for logits in merged:
+            log_probs = log_softmax(logits) if len(logits) else logits  # [n_words, C]
+            if self.viterbi:
+                ids = viterbi_decode(log_probs, labels)
+            else:
+                ids = [int(i) for i in log_probs.argmax(axis=-1)] if len(log_probs) else []
+            probs = np.exp(log_probs[np.arange(len(ids)), ids]) if ids else np.zeros(0)
+            results.append(([labels[i] for i in ids], probs))
+        return results
+
+    def metrics(
+        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+    ) -> dict[str, Any]:
+        """Entity-level seqeval scores of the merged word predictions against the untruncated gold."""
+        predictions = [tags for tags, _ in self.predict_tags(raw, encoded, window_logits, id2label)]
+        return load_ner_metric().compute(
+            predictions=predictions, references=raw["tags"], tokens=raw["tokens"]
+        )
+
+    def decode(
+        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+    ) -> list[Any]:
+        """Entities with character offsets when `raw` has `text`/`word_offsets`, else word tags.
+
+        An entity's score is the mean probability of the tags chosen for its words.
+        """
+        predicted = self.predict_tags(raw, encoded, window_logits, id2label)
+        if "text" not in raw.column_names or "word_offsets" not in raw.column_names:
+            rows = zip(raw["tokens"], predicted, strict=True)
+            return [{"tokens": tokens, "tags": tags} for tokens, (tags, _) in rows]
+        results = []
+        for text, offsets, (tags, probs) in zip(raw["text"], raw["word_offsets"], predicted, strict=True):
+            entities = []
+            for label, first, last in get_entities(tags):
+                start, end = offsets[first][0], offsets[last][1]
+                score = float(probs[first : last + 1].mean())
+                entities.append(
+                    {"text": text[start:end], "label": label, "start": start, "end": end, "score": score}
+                )
+            results.append(entities)
+        return results
+
+    @staticmethod
+    def texts_to_raw(texts: list[str]) -> Dataset:
+        """Raw texts -> the dataset `encode`/`decode` take for prediction (words split with offsets)."""
+        return texts_to_dataset(texts)
+
+    def render_predictions(self, texts: Sequence[str], predictions: Sequence[list[dict[str, Any]]]) -> str:
+        """Each text with its entities marked in place, then one line per entity."""
+        blocks = []
+        for text, entities in zip(texts, predictions, strict=True):
+            marked, cursor = [], 0
+            for entity in entities:
+                marked += [text[cursor : entity["start"]], f"[{entity['text']}]({entity['label']})"]
+                cursor = entity["end"]
+            lines = ["".join([*marked, text[cursor:]])]
+            lines += [
+                f"  {e['label']:<10} {e['start']:>5}-{e['end']:<5} {e['score']:.3f}  {e['text']}"
+                for e in entities
+            ]
+            blocks.append("\n".join(lines if entities else [*lines, "  (no entities)"]))
+        return "\n\n".join(blocks)
+
+    def render_metrics(self, metrics: dict[str, Any]) -> str:
+        """Overall and per-type scores (default and strict IOB2) and the error breakdown with examples."""
+        overall = f"entity F1 {metrics['f1']:.4f} (precision {metrics['precision']:.4f}, "
+        overall += f"recall {metrics['recall']:.4f}) | strict IOB2 F1 {metrics['strict_f1']:.4f}"
+        lines = [
+            f"{overall} | token accuracy {metrics['accuracy']:.4f}",
+            "",
+            *score_table(metrics["per_type"], "type"),
+        ]
+        errors = metrics["errors"]
+        kinds = [kind for kind in errors if kind != "examples"]
+        lines += ["", "errors: " + ", ".join(f"{kind} {errors[kind]}" for kind in kinds)]
+        for kind in kinds:
+            for example in errors["examples"].get(kind, [])[:3]:
+                lines.append(f"  {kind:<24} gold {example['gold']} | predicted {example['pred']}")
+        return "\n".join(lines)

@@ -1,0 +1,261 @@
+"""Sentence classification (sentiment, or any single-label text task): read, window, batch, score, decode.
+
+A sentence longer than `max_length` is split into overlapping windows that all carry the sentence's
+label; at evaluation and prediction time the windows' logits are averaged back into one score per
+sentence, so no token is dropped and each sentence counts once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from datasets import Dataset, DatasetDict
+from scipy.special import softmax
+from transformers import BertForSequenceClassification, DataCollatorWithPadding, PreTrainedTokenizerBase
+
+from bert_tasks.data.text_classification import read_hub_text_classification, read_text_classification
+from bert_tasks.errors import BertTasksError
+from bert_tasks.tasks.base import Task, score_table
+from bert_tasks.viz import plot_confusion_matrix
+
+if TYPE_CHECKING:
+    from evaluate import EvaluationModule
+
+    from bert_tasks.config import Config
+
+METRIC_PATH = Path(__file__).resolve().parent.parent / "metrics" / "classification" / "classification.py"
+#: Splits read from a hub dataset (`cfg.dataset`); GLUE-style test splits are unlabelled, so not read.
+HUB_SPLITS = ("train", "validation")
+
+
+class SentimentTask(Task):
+    """One label per text; the label set is the training file's labels (or `cfg.label_names`)."""
+
+    name = "sentiment"
+    model_class = BertForSequenceClassification
+    default_metric = "accuracy"
+
+    def read(self, cfg: Config) -> DatasetDict:
+        """Read train/validation/test (those configured) with labels mapped to names and row limits applied.
+
+        Raises:
+            BertTasksError: No data configured, a bad file, an integer label outside `label_names`, or a
+                validation/test label the training data never shows.
+        """
+        if cfg.dataset is not None:
+            sources = {split: f"dataset={cfg.dataset} ({split})" for split in HUB_SPLITS}
+            splits = {
+                split: read_hub_text_classification(cfg.dataset, split, cfg.text_column, cfg.label_column)
+                for split in HUB_SPLITS
+            }
+        else:
+            files = {"train": cfg.train_file, "validation": cfg.validation_file, "test": cfg.test_file}
+            sources = {split: path for split, path in files.items() if path is not None}
+            splits = {
+                split: read_text_classification(path, cfg.text_column, cfg.label_column)
+                for split, path in sources.items()
+            }
+        if not splits:
+            raise BertTasksError("no data to read; set train_file (and validation_file), or dataset=<hub id>")
+
+        if cfg.label_names is not None:
+            splits = {s: _name_labels(ds, cfg.label_names, sources[s]) for s, ds in splits.items()}
+        for split, ds in splits.items():
+            limit = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
+            if limit is not None:
+                splits[split] = ds.select(range(min(limit, len(ds))))
+        if "train" in splits:
+            _check_labels_seen(splits, sources, cfg)
+        return DatasetDict(splits)
+
+    @staticmethod
+    def texts_to_raw(texts: list[str]) -> Dataset:
+        """Raw texts -> the one-column dataset `encode`/`decode` take for prediction."""
+        return Dataset.from_dict({"text": texts})
+
+    def label_names(self, train: Dataset, cfg: Config) -> list[str]:
+        """`cfg.label_names` when given (their order is the id order), else the sorted training labels."""
+        return list(cfg.label_names) if cfg.label_names is not None else sorted(set(train["label"]))
+
+    def encode(
+        self,
+        raw: Dataset,
+        tokenizer: PreTrainedTokenizerBase,
+        label2id: dict[str, int] | None,
+        max_length: int,
+        stride: int,
+    ) -> Dataset:
+        """Tokenize each text into windows (the fast tokenizer's own overflow), each with the text's label."""
+        if label2id is not None:
+            if "label" not in raw.column_names:
+                raise BertTasksError("cannot score texts without labels; give the data a label column")
+            unknown = sorted(set(raw["label"]) - set(label2id))
+            if unknown:
+                raise BertTasksError(
+                    f"label '{unknown[0]}' is not one the model knows ({', '.join(label2id)}); "
+                    "fix the data or train a model that has it"
+                )
+
+        def windows(batch: dict[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
+            enc = tokenizer(
+                batch["text"],
+                truncation=True,
+                max_length=max_length,
+                stride=stride,
+                return_overflowing_tokens=True,
+            )
+            source_rows = enc.pop("overflow_to_sample_mapping")  # window -> row within this batch
+            enc["example_id"] = [indices[row] for row in source_rows]
+            if label2id is not None:
+                enc["labels"] = [label2id[batch["label"][row]] for row in source_rows]
+            return dict(enc)
+
+        return raw.map(windows, batched=True, with_indices=True, remove_columns=raw.column_names)
+
+    def collator(
+        self, tokenizer: PreTrainedTokenizerBase
+    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
+        """Dynamic padding (to a multiple of 8 for tensor cores) plus the `example_id` of every window."""
+        return _WindowCollator(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors="pt"))
+
+    def metrics(
+        self,
+        raw: Dataset,
+        encoded: Dataset,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
+    ) -> dict[str, Any]:
+        """Accuracy, macro-F1, per-class scores and confusion matrix over whole texts (windows averaged).
+
+        Returns the classification metric's dict: scalar `accuracy` and `macro_f1`, plus `per_class`
+        ({label: {precision, recall, f1, support}}), `confusion_matrix` (gold rows) and `labels`.
+        """
+        logits = _example_logits(encoded, window_logits, len(raw))  # (N, C)
+        labels = [id2label[i] for i in sorted(id2label)]
+        predictions = [labels[i] for i in logits.argmax(axis=-1)]
+        return _classification_metric().compute(
+            predictions=predictions, references=list(raw["label"]), labels=labels
+        )
+
+    def decode(
+        self,
+        raw: Dataset,
+        encoded: Dataset,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
+    ) -> list[dict[str, Any]]:
+        """One `{"label", "score", "scores": {label: prob}}` per text, from the softmax of averaged logits."""
+        probs = softmax(_example_logits(encoded, window_logits, len(raw)), axis=-1)  # (N, C)
+        labels = [id2label[i] for i in sorted(id2label)]
+        return [
+            {
+                "label": labels[int(row.argmax())],
+                "score": float(row.max()),
+                "scores": {label: float(p) for label, p in zip(labels, row, strict=True)},
+            }
+            for row in probs
+        ]
+
+    def render_predictions(self, texts: Sequence[str], predictions: Sequence[dict[str, Any]]) -> str:
+        """A table: label, probability, text."""
+        width = max(5, *(len(p["label"]) for p in predictions))
+        lines = [f"{'label':<{width}}  score  text"]
+        lines += [
+            f"{p['label']:<{width}}  {p['score']:.3f}  {t}" for t, p in zip(texts, predictions, strict=True)
+        ]
+        return "\n".join(lines)
+
+    def render_metrics(self, metrics: dict[str, Any]) -> str:
+        """Accuracy, macro-F1, the per-class table and the confusion matrix."""
+        labels = metrics["labels"]
+        width = max(9, *(len(label) for label in labels))
+        lines = [f"accuracy {metrics['accuracy']:.4f} | macro-F1 {metrics['macro_f1']:.4f}", ""]
+        lines += score_table(metrics["per_class"], "class")
+        lines += ["", "confusion matrix (rows: gold, columns: predicted)"]
+        lines.append(" " * width + "  " + "  ".join(f"{label:>{width}}" for label in labels))
+        for label, row in zip(labels, metrics["confusion_matrix"], strict=True):
+            lines.append(f"{label:<{width}}  " + "  ".join(f"{count:>{width}}" for count in row))
+        return "\n".join(lines)
+
+    def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
+        """The confusion matrix as a PNG."""
+        return [
+            plot_confusion_matrix(
+                metrics["confusion_matrix"], metrics["labels"], out_dir / "confusion_matrix.png"
+            )
+        ]
+
+
+@dataclass
+class _WindowCollator:
+    """Pads the model inputs and keeps `example_id` as a tensor (a class, not a closure, so it pickles
+    into DataLoader worker processes)."""
+
+    pad: DataCollatorWithPadding
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        example_id = torch.tensor([f["example_id"] for f in features])  # (B,)
+        batch = self.pad([{k: v for k, v in f.items() if k != "example_id"} for f in features])
+        return {**batch, "example_id": example_id}
+
+
+def _example_logits(encoded: Dataset, window_logits: Sequence[np.ndarray], num_examples: int) -> np.ndarray:
+    """Average window logits per raw example: (W, C) -> (N, C).
+
+    Accepts one (C,) array per window or per-batch (B, C) arrays, in the order of `encoded`'s rows.
+    """
+    logits = np.concatenate([np.atleast_2d(np.asarray(x, dtype=np.float64)) for x in window_logits])  # (W, C)
+    example_id = np.asarray(encoded["example_id"])  # (W,)
+    if len(logits) != len(example_id):
+        raise ValueError(
+            f"got logits for {len(logits)} windows but the encoded dataset has {len(example_id)}"
+        )
+    sums = np.zeros((num_examples, logits.shape[1]))  # (N, C)
+    np.add.at(sums, example_id, logits)
+    counts = np.bincount(example_id, minlength=num_examples)  # (N,)
+    if (counts == 0).any():
+        raise ValueError(f"raw example {int(np.argmin(counts))} has no window; encode the same raw dataset")
+    return sums / counts[:, None]
+
+
+@functools.cache
+def _classification_metric() -> EvaluationModule:
+    """Load the local metric once; `evaluate` is imported here because it is slow to import."""
+    import evaluate
+
+    return evaluate.load(str(METRIC_PATH), keep_in_memory=True)
+
+
+def _name_labels(ds: Dataset, names: list[str], source: str) -> Dataset:
+    """Map integer labels ("0", "1") to `names`, so raw datasets carry the names the model will save."""
+
+    def name(label: str) -> str:
+        if label in names:
+            return label
+        if label.isdigit() and int(label) < len(names):
+            return names[int(label)]
+        raise BertTasksError(
+            f"{source}: label '{label}' is neither in label_names ({', '.join(names)}) nor an index "
+            f"0..{len(names) - 1}; fix label_names"
+        )
+
+    mapping = {label: name(label) for label in set(ds["label"])}
+    return ds.map(lambda batch: {"label": [mapping[label] for label in batch["label"]]}, batched=True)
+
+
+def _check_labels_seen(splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
+    known = set(cfg.label_names) if cfg.label_names is not None else set(splits["train"]["label"])
+    for split, ds in splits.items():
+        unseen = sorted(set(ds["label"]) - known)
+        if unseen:
+            hint = "; max_train_samples may have cut it" if cfg.max_train_samples is not None else ""
+            raise BertTasksError(
+                f"{sources[split]}: label '{unseen[0]}' never occurs in the training data "
+                f"({sources['train']}){hint}; add training examples of it or fix the label"
+            )

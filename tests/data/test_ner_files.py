@@ -1,0 +1,178 @@
+"""NER readers: every format, the repairs they make, and the one-line errors they raise."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from bert_tasks.config import Config
+from bert_tasks.data.ner_files import (
+    read_conll,
+    read_jsonl_spans,
+    read_jsonl_tokens,
+    read_ner_file,
+    repair_bio,
+    words_with_offsets,
+)
+from bert_tasks.errors import BertTasksError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+def test_conll_tab_file_whitespace_separator_and_bio_repair(caplog):
+    with caplog.at_level(logging.WARNING):
+        data = read_conll(FIXTURES / "ner_sample.conll")
+    assert data["tokens"] == [
+        ["Lithium", "carbonate", "-", "induced", "nephrogenic", "diabetes", "insipidus", "."],
+        ["Fever", "and", "headache", "resolved", "."],  # the " \t " line separated the sentences
+        ["Cisplatin", "nephrotoxicity"],
+    ]
+    first = ["B-Chemical", "I-Chemical", "O", "O", "B-Disease", "I-Disease", "I-Disease", "O"]
+    assert data["tags"][0] == first
+    # I-Disease after O and I-Disease after B-Chemical both start an entity, as conlleval reads them.
+    assert data["tags"][1] == ["B-Disease", "O", "B-Disease", "O", "O"]
+    assert data["tags"][2] == ["B-Chemical", "B-Disease"]
+    [record] = caplog.records
+    assert "repaired 2 invalid BIO" in record.getMessage()
+    assert f"{FIXTURES / 'ner_sample.conll'}:12" in record.getMessage()
+
+
+def test_conll2003_four_columns_and_docstart():
+    data = read_conll(FIXTURES / "ner_conll2003.txt", tag_index=-1)
+    assert data["tokens"] == [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"]]
+    assert data["tags"] == [["B-ORG", "O", "B-MISC", "O", "O"], ["B-PER", "I-PER"]]
+    chunks = read_conll(FIXTURES / "ner_conll2003.txt", tag_index=2)
+    assert chunks["tags"][0] == ["B-NP", "B-VP", "B-NP", "I-NP", "O"]
+
+
+def test_conll_wrong_tag_column_says_what_to_set():
+    path = FIXTURES / "ner_conll2003.txt"
+    with pytest.raises(BertTasksError, match=rf"{path}:3: tag 'NNP' is not BIO.*conll_tag_index"):
+        read_conll(path, tag_index=1)
+
+
+def test_conll_malformed_line_names_file_and_line(tmp_path):
+    path = write(tmp_path, "bad.conll", "Aspirin\tB-Chemical\n\nrash\tB-Disease\nfever\n")
+    with pytest.raises(BertTasksError, match=rf"{path}:4: expected at least 2 columns .* found 1"):
+        read_conll(path)
+    empty_token = write(tmp_path, "empty.tsv", "Aspirin\tB-Chemical\n\tO\n")
+    with pytest.raises(BertTasksError, match=rf"{empty_token}:2: empty token"):
+        read_conll(empty_token)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "file not found"),
+        ("\n \n", "file is empty"),
+        (b"Aspirin\tB-Chemical\nna\xefve\tO\n", r":2: byte 0xef is not valid UTF-8"),
+        ("-DOCSTART- -X- -X- O\n\n", "no sentences found"),
+    ],
+)
+def test_conll_unreadable_files(tmp_path, content, message):
+    path = tmp_path / "x.conll" if content is None else write(tmp_path, "x.conll", content)
+    with pytest.raises(BertTasksError, match=message):
+        read_conll(path)
+
+
+def test_conll_crlf_and_bom(tmp_path):
+    path = write(tmp_path, "win.conll", b"\xef\xbb\xbfAspirin\tB-Chemical\r\nrash\tB-Disease\r\n\r\n")
+    assert read_conll(path)[0] == {"tokens": ["Aspirin", "rash"], "tags": ["B-Chemical", "B-Disease"]}
+
+
+def test_repair_bio_positions():
+    fixed, positions = repair_bio(["I-A", "I-A", "B-B", "I-A", "O", "I-B"])
+    assert fixed == ["B-A", "I-A", "B-B", "B-A", "O", "B-B"]
+    assert positions == [0, 3, 5]
+
+
+def test_jsonl_tokens_with_configured_fields():
+    data = read_jsonl_tokens(FIXTURES / "ner_tokens.jsonl", tokens_column="words", tag_column="ner")
+    assert len(data) == 2
+    assert data[0]["tags"] == ["B-Chemical", "O", "O", "B-Disease", "I-Disease", "O"]
+
+
+def test_jsonl_tokens_errors_name_the_line(tmp_path):
+    lines = '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": ["a", "b"], "tags": ["O"]}\n'
+    path = write(tmp_path, "t.jsonl", lines)
+    with pytest.raises(BertTasksError, match=rf"{path}:2: 2 tokens but 1 tags"):
+        read_jsonl_tokens(path)
+    broken = write(tmp_path, "b.jsonl", '{"tokens": ["a"], "tags": ["O"]}\n{"tokens": [\n')
+    with pytest.raises(BertTasksError, match=rf"{broken}:2: invalid JSON"):
+        read_jsonl_tokens(broken)
+
+
+def test_jsonl_spans_words_tags_offsets_and_cut_word_warning(caplog):
+    with caplog.at_level(logging.WARNING):
+        data = read_jsonl_spans(FIXTURES / "ner_spans.jsonl")
+    assert data[0]["tokens"] == ["Cisplatin", "caused", "acute", "renal", "failure", "."]
+    assert data[0]["tags"] == ["B-Chemical", "O", "B-Disease", "I-Disease", "I-Disease", "O"]
+    assert data[1]["tokens"] == ["Headache", "after", "5", "-", "fluorouracil", "😀", "(", "مريض", ")", "."]
+    assert data[1]["tags"][:5] == ["B-Disease", "O", "B-Chemical", "I-Chemical", "I-Chemical"]
+    for row in data:
+        assert [row["text"][s:e] for s, e in row["word_offsets"]] == row["tokens"]
+    # "kalemia" cuts the word "Hypokalemia": the whole word is tagged, and the warning says where.
+    assert data[2]["tags"] == ["B-Disease", "O", "O", "O"]
+    [record] = caplog.records
+    assert f"{FIXTURES / 'ner_spans.jsonl'}:3 'kalemia'" in record.getMessage()
+
+
+def test_jsonl_spans_overlap_is_an_error(tmp_path):
+    line = '{"text": "renal failure", "spans": [{"start": 0, "end": 13, "label": "Disease"}, '
+    line += '{"start": 6, "end": 13, "label": "Disease"}]}\n'
+    path = write(tmp_path, "o.jsonl", line)
+    with pytest.raises(BertTasksError, match=rf"{path}:1: spans 'renal failure' .* and 'failure' .* overlap"):
+        read_jsonl_spans(path)
+    line = '{"text": "rash", "spans": [{"start": 0, "end": 9, "label": "Disease"}]}'
+    outside = write(tmp_path, "x.jsonl", line)
+    with pytest.raises(BertTasksError, match=rf"{outside}:1: span .* within the text"):
+        read_jsonl_spans(outside)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Fever 🤒🏽 after 👨‍👩‍👧 exposure",  # emoji with skin tone and zero-width joiners
+        "المريض يعاني من الصداع بعد الأسبرين",  # RTL
+        "bell\x07 tab\tnull\x00 rtl-mark\u200f zwsp\u200b end",  # control and invisible characters
+        "cafe\u0301 and na\u0308ive",  # combining marks stay inside the word
+        "",
+        "acute renal failure , " * 5000,  # very long
+    ],
+)
+def test_words_with_offsets_round_trip(text):
+    words, offsets = words_with_offsets(text)
+    assert [text[s:e] for s, e in offsets] == words
+    assert all(word.strip() and word.isprintable() for word in words)
+    assert offsets == sorted(offsets)
+
+
+def test_words_with_offsets_split_like_bc5cdr():
+    words, _ = words_with_offsets("Parkinson's 5-FU café\u0301.")
+    assert words == ["Parkinson", "'", "s", "5", "-", "FU", "café\u0301", "."]
+
+
+def test_read_ner_file_dispatch(tmp_path):
+    cfg = Config(task="ner", tokens_column="words", tag_column="ner")
+    assert len(read_ner_file(FIXTURES / "ner_sample.conll", cfg)) == 3
+    assert read_ner_file(FIXTURES / "ner_tokens.jsonl", cfg)[1]["tokens"] == ["No", "adverse", "events", "."]
+    assert "word_offsets" in read_ner_file(FIXTURES / "ner_spans.jsonl", cfg).column_names
+    records = '[{"text": "rash", "spans": [{"start": 0, "end": 4, "label": "Disease"}]}]'
+    array = write(tmp_path, "a.json", records)
+    assert read_ner_file(array, cfg)["tags"] == [["B-Disease"]]
+    wrong = write(tmp_path, "w.jsonl", '{"sentence": "rash"}\n')
+    with pytest.raises(BertTasksError, match=r"NER JSON needs 'words' \+ 'ner'"):
+        read_ner_file(wrong, cfg)
+    with pytest.raises(BertTasksError, match=r"unknown NER file type '\.csv'"):
+        read_ner_file(write(tmp_path, "x.csv", "a,b\n"), cfg)
