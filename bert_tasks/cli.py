@@ -22,11 +22,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     # Options may come after positionals ("predict ner --model DIR 'text'"), which argparse's nargs="*"
     # positionals do not allow: collect the leftovers into the command's positional list.
+    # After "--" everything is positional, so texts may start with "-".
     args, extra = parser.parse_known_args(argv)
-    unknown = [item for item in extra if item.startswith("-")]
+    split = extra.index("--") if "--" in extra else len(extra)
+    unknown = [item for item in extra[:split] if item.startswith("-")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    getattr(args, args.positionals).extend(extra)
+    getattr(args, args.positionals).extend(extra[:split] + extra[split + 1 :])
     _quiet_libraries()
     try:
         args.run(args)
@@ -83,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _finetune(args: argparse.Namespace) -> None:
     from bert_tasks.config import load_recipe
-    from bert_tasks.train import train
+    from bert_tasks.training import train
 
     flags = [f"{flag}=true" for flag in ("resume", "overwrite") if getattr(args, flag)]
     cfg = load_recipe(args.recipe, [*args.overrides, *flags], task=args.task)
@@ -95,7 +97,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     model_dir = Path(args.model or f"runs/{args.task}")
     out_dir = Path(args.out) if args.out else model_dir / f"eval-{Path(args.data).stem}"
-    metrics = evaluate_file(args.task, model_dir, args.data, args.overrides, out_dir)
+    metrics = evaluate_file(args.task, model_dir, args.data, args.overrides, out_dir, quiet=args.json)
     if args.json:
         print(json.dumps(metrics, indent=2))
 

@@ -12,12 +12,18 @@ from bert_tasks.predict import PREDICTORS
 
 
 def evaluate_file(
-    task: str, model_dir: str | Path, data_file: str, overrides: Sequence[str], out_dir: Path
+    task: str,
+    model_dir: str | Path,
+    data_file: str,
+    overrides: Sequence[str],
+    out_dir: Path,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Read `data_file` the way the model's training recipe read its data, score it, write JSON + plots.
 
     The recipe saved with the model supplies the reader settings (columns, label names, CoNLL tag
-    column); `overrides` (key=value) can change them for a file laid out differently.
+    column); `overrides` (key=value) can change them for a file laid out differently. `quiet` skips the
+    report for people (the CLI's --json prints JSON only).
     """
     predictor = PREDICTORS[task](model_dir)
     recipe = Path(model_dir) / "recipe.yaml"
@@ -30,6 +36,9 @@ def evaluate_file(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     plots = predictor.task.save_plots(metrics, out_dir)
-    print(predictor.task.render_metrics(metrics))
-    print(f"\n{len(raw)} examples from {data_file}; report in {out_dir / 'metrics.json'}", *plots, sep="\n")
+    if not quiet:
+        print(predictor.task.render_metrics(metrics))
+        print(
+            f"\n{len(raw)} examples from {data_file}; report in {out_dir / 'metrics.json'}", *plots, sep="\n"
+        )
     return metrics

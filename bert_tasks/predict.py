@@ -68,6 +68,9 @@ class Predictor:
 
     def predict(self, texts: Sequence[str]) -> list[Any]:
         """One prediction per text (a label dict for sentiment, a list of entities for NER)."""
+        texts = list(texts)
+        if not texts:
+            return []
         for index, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
                 raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")

@@ -8,7 +8,7 @@ predictions made in any order (sorted, sharded over processes) are put back wher
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -46,21 +46,40 @@ def with_rows(encoded: Dataset) -> Dataset:
     return encoded.add_column("row", list(range(len(encoded))))
 
 
+class EpochLengthGroupedSampler(LengthGroupedSampler):
+    """transformers' LengthGroupedSampler (as in group_by_length), shuffled by `seed + epoch`.
+
+    Seeding each epoch from its number (Accelerate's dataloader calls `set_epoch`) makes the order of
+    any epoch reproducible on its own, which is what lets a resumed run see the batches it would have.
+    """
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int) -> None:
+        self.seed = seed
+        super().__init__(batch_size, lengths=lengths, generator=torch.Generator().manual_seed(seed))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.generator.manual_seed(self.seed + epoch)
+
+
 def train_loader(encoded: Dataset, collate: Collate, batch_size: int, seed: int) -> DataLoader:
-    """Shuffled batches of similar-length rows (transformers' LengthGroupedSampler, as in group_by_length)."""
-    generator = torch.Generator().manual_seed(seed)
-    sampler = LengthGroupedSampler(
-        batch_size, lengths=[len(ids) for ids in encoded["input_ids"]], generator=generator
-    )
-    return DataLoader(
-        with_rows(encoded), batch_size=batch_size, sampler=sampler, collate_fn=RowCollator(collate)
-    )
+    """Shuffled batches of similar-length rows: little padding, yet a different mix every epoch."""
+    sampler = EpochLengthGroupedSampler(batch_size, [len(ids) for ids in encoded["input_ids"]], seed)
+    return _loader(encoded, collate, batch_size, sampler)
 
 
 def eval_loader(encoded: Dataset, collate: Collate, batch_size: int) -> DataLoader:
     """Batches in length order (least padding); the `row` column restores the original order."""
     lengths = [len(ids) for ids in encoded["input_ids"]]
-    order = sorted(range(len(encoded)), key=lengths.__getitem__)
+    return _loader(encoded, collate, batch_size, sorted(range(len(encoded)), key=lengths.__getitem__))
+
+
+def _loader(encoded: Dataset, collate: Collate, batch_size: int, sampler: Iterable[int]) -> DataLoader:
+    # A DataLoader without a generator draws a seed from the global RNG each time it is iterated; its own
+    # generator keeps the global stream (dropout) identical between a resumed and an uninterrupted run.
     return DataLoader(
-        with_rows(encoded), batch_size=batch_size, sampler=order, collate_fn=RowCollator(collate)
+        with_rows(encoded),
+        batch_size=batch_size,
+        sampler=sampler,
+        collate_fn=RowCollator(collate),
+        generator=torch.Generator().manual_seed(0),
     )

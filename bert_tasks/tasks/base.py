@@ -1,6 +1,6 @@
 """The Task interface: everything that differs between sentiment and NER, behind one shape.
 
-The training loop (train.py) and the predictor (predict.py) only ever talk to a Task, so a new task is
+The training loop (training.py) and the predictor (predict.py) only ever talk to a Task, so a new task is
 one new module in this package and nothing else changes.
 """
 
@@ -31,8 +31,9 @@ class Task(ABC):
     name: ClassVar[str]
     #: The transformers head class that `load_model` builds for this task.
     model_class: ClassVar[type[PreTrainedModel]]
-    #: The metric `metric_for_best` defaults to, and whether larger is better.
+    #: The metric `metric_for_best` defaults to, and every scalar metric it may name (larger is better).
     default_metric: ClassVar[str]
+    metric_names: ClassVar[tuple[str, ...]]
 
     @abstractmethod
     def read(self, cfg: Config) -> DatasetDict:

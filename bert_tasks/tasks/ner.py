@@ -183,6 +183,7 @@ class NerTask(Task):
     name = "ner"
     model_class = BertForTokenClassification
     default_metric = "f1"
+    metric_names = ("f1", "precision", "recall", "accuracy", "strict_f1", "strict_precision", "strict_recall")
 
     def __init__(self, label_all_subtokens: bool = False, viterbi: bool = True) -> None:
         self.label_all_subtokens = label_all_subtokens

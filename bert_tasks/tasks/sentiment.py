@@ -40,6 +40,7 @@ class SentimentTask(Task):
     name = "sentiment"
     model_class = BertForSequenceClassification
     default_metric = "accuracy"
+    metric_names = ("accuracy", "macro_f1")
 
     def read(self, cfg: Config) -> DatasetDict:
         """Read train/validation/test (those configured) with labels mapped to names and row limits applied.

@@ -11,7 +11,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from bert_tasks.checkpoints import latest_checkpoint, load_run_state, save_checkpoint
 from bert_tasks.config import Config, save_config
 from bert_tasks.data.batching import eval_loader, model_inputs, train_loader
 from bert_tasks.errors import BertTasksError
@@ -32,8 +33,8 @@ from bert_tasks.precision import resolve_mixed_precision
 from bert_tasks.tasks import Task, get_task
 from bert_tasks.viz import plot_training_curves
 
-#: Files a finished run leaves next to the model; their presence marks a directory as a run.
-RUN_FILES = ("recipe.yaml", "metrics.json", "train_log.jsonl")
+#: What a run writes into its output dir (recipe.yaml first of all); any of them marks the dir as a run.
+RUN_FILES = ("recipe.yaml", "train_log.jsonl", "metrics.json", "checkpoints", "best")
 
 
 @dataclass
@@ -50,13 +51,21 @@ class RunState:
 
 def train(cfg: Config) -> Path:
     """Fine-tune `cfg.model` on `cfg.task` and return the directory holding the saved model."""
+    task = get_task(cfg)
+    metric_name = cfg.metric_for_best or task.default_metric
+    if metric_name not in task.metric_names:
+        raise BertTasksError(
+            f"metric_for_best={metric_name!r} is not a {task.name} metric; "
+            f"choose one of {', '.join(task.metric_names)}"
+        )
     output_dir = _prepare_output_dir(cfg)
     accelerator = Accelerator(
         mixed_precision=resolve_mixed_precision(cfg.mixed_precision),
         gradient_accumulation_steps=cfg.grad_accum,
     )
     set_seed(cfg.seed)
-    task = get_task(cfg)
+    if accelerator.is_main_process:
+        save_config(cfg, output_dir / "recipe.yaml")
     tokenizer = load_tokenizer(cfg.model)
 
     with accelerator.main_process_first():
@@ -78,23 +87,30 @@ def train(cfg: Config) -> Path:
     eval_batches = (
         eval_loader(encoded["validation"], collate, cfg.eval_batch_size) if "validation" in encoded else None
     )
-    updates_per_epoch = math.ceil(len(train_batches) / cfg.grad_accum)
-    total_updates = cfg.max_steps or max(1, math.ceil(cfg.epochs * updates_per_epoch))
-    optimizer = _adamw(model, cfg)
-    scheduler = get_linear_schedule_with_warmup(
-        optimizer, int(cfg.warmup_ratio * total_updates), total_updates * accelerator.num_processes
-    )
-    model, optimizer, train_batches, scheduler = accelerator.prepare(
-        model, optimizer, train_batches, scheduler
-    )
+    model, optimizer, train_batches = accelerator.prepare(model, _adamw(model, cfg), train_batches)
     if eval_batches is not None:
         eval_batches = accelerator.prepare(eval_batches)
+    updates_per_epoch = math.ceil(len(train_batches) / cfg.grad_accum)  # per process, after sharding
+    total_updates = cfg.max_steps or max(1, math.ceil(cfg.epochs * updates_per_epoch))
+    # Accelerate's scheduler wrapper steps once per process per update, hence the factor.
+    processes = accelerator.num_processes
+    scheduler = accelerator.prepare(
+        get_linear_schedule_with_warmup(
+            optimizer, int(cfg.warmup_ratio * total_updates) * processes, total_updates * processes
+        )
+    )
 
-    metric_name = cfg.metric_for_best or task.default_metric
     state = RunState()
+    if cfg.resume:
+        state = _resume(accelerator, output_dir)
     _log_start(accelerator, cfg, len(encoded["train"]), total_updates, output_dir)
     log_path = output_dir / "train_log.jsonl"
-    progress = tqdm(total=total_updates, desc="train", disable=not accelerator.is_local_main_process)
+    progress = tqdm(
+        total=total_updates,
+        initial=state.global_step,
+        desc="train",
+        disable=not accelerator.is_local_main_process,
+    )
     running_loss = torch.zeros((), device=accelerator.device)
     micro_steps = examples = 0
     window_start = time.perf_counter()
@@ -102,7 +118,10 @@ def train(cfg: Config) -> Path:
 
     while not stop:
         model.train()
-        for batch in train_batches:
+        train_batches.set_epoch(state.epoch)
+        # On resume, skip the micro-batches the checkpointed run had already consumed in this epoch.
+        done = min((state.global_step - state.epoch * updates_per_epoch) * cfg.grad_accum, len(train_batches))
+        for batch in accelerator.skip_first_batches(train_batches, done) if done else train_batches:
             with accelerator.accumulate(model):
                 loss = model(**model_inputs(batch)).loss
                 accelerator.backward(loss)
@@ -149,6 +168,7 @@ def train(cfg: Config) -> Path:
                 not cfg.eval_every and end_of_epoch
             )
             if eval_batches is not None and (due or last):
+                eval_start = time.perf_counter()
                 scores = _evaluate(
                     task, model, eval_batches, raw["validation"], encoded["validation"], accelerator
                 )
@@ -157,6 +177,9 @@ def train(cfg: Config) -> Path:
                     accelerator, log_path, {"step": state.global_step, **_prefixed(scores, "eval")}, state
                 )
                 model.train()
+                window_start += time.perf_counter() - eval_start  # throughput counts training time only
+            if cfg.save_every and state.global_step % cfg.save_every == 0:
+                save_checkpoint(accelerator, output_dir, state.global_step, asdict(state))
             if last or stop:
                 stop = True
                 break
@@ -192,7 +215,6 @@ def _finish(
     if accelerator.is_main_process:
         unwrapped.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
-        save_config(cfg, output_dir / "recipe.yaml")
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         plot_training_curves(state.history, output_dir / "training_curves.png")
         shutil.rmtree(best_dir, ignore_errors=True)
@@ -225,11 +247,6 @@ def _track_best(
     output_dir: Path,
 ) -> bool:
     """Save the weights when `metric_name` improves; return True when early stopping says stop."""
-    if metric_name not in scores:
-        raise BertTasksError(
-            f"metric_for_best={metric_name!r} is not one of the evaluation metrics "
-            f"({', '.join(k for k, v in scores.items() if isinstance(v, float))})"
-        )
     value = float(scores[metric_name])
     if state.best_metric is None or value > state.best_metric:
         state.best_metric, state.best_step, state.evals_without_improvement = value, state.global_step, 0
@@ -267,18 +284,38 @@ def _inference_policy(cfg: Config) -> dict[str, Any]:
 
 
 def _prepare_output_dir(cfg: Config) -> Path:
-    """Refuse to mix two runs in one directory; delete nothing unless `overwrite` says so."""
+    """Refuse to mix two runs in one directory; delete nothing but a previous run, and only on `overwrite`."""
     output_dir = Path(cfg.output_dir or f"runs/{cfg.task}")
+    if cfg.resume:
+        if latest_checkpoint(output_dir) is None:
+            raise BertTasksError(
+                f"--resume: {output_dir} holds no complete checkpoint (checkpoints/step-*); "
+                "runs write them with save_every=N"
+            )
+        return output_dir
     if output_dir.exists() and any(output_dir.iterdir()):
-        if cfg.overwrite:
-            shutil.rmtree(output_dir)
-        else:
+        if not cfg.overwrite:
             raise BertTasksError(
                 f"output_dir {output_dir} is not empty; pass --overwrite to replace it, "
                 "--resume to continue its run, or choose another output_dir"
             )
+        if not any((output_dir / name).exists() for name in RUN_FILES):
+            raise BertTasksError(
+                f"output_dir {output_dir} is not a bert-tasks run (no {', '.join(RUN_FILES)}); "
+                "refusing to delete it, choose another output_dir"
+            )
+        shutil.rmtree(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     return output_dir
+
+
+def _resume(accelerator: Accelerator, output_dir: Path) -> RunState:
+    """Restore model, optimizer, scheduler, RNG states and the loop's own state from the newest checkpoint."""
+    checkpoint = latest_checkpoint(output_dir)
+    accelerator.load_state(str(checkpoint))
+    if accelerator.is_main_process:
+        print(f"resuming from {checkpoint}")
+    return RunState(**load_run_state(checkpoint))
 
 
 def _append_log(accelerator: Accelerator, path: Path, record: dict[str, Any], state: RunState) -> None:

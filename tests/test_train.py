@@ -1,0 +1,289 @@
+"""train(cfg) on a tiny random BERT: what a run leaves behind, how the loop counts, and output-dir safety.
+
+Every run here takes about a second (a 2-layer, 32-wide BERT on 40 sentences or 30 sentences of NER), so
+the loop's bookkeeping is tested for real without the 90 MB default model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+from bert_tasks.config import load_recipe
+from bert_tasks.errors import BertTasksError
+from bert_tasks.predict import SentimentClassifier
+from bert_tasks.training import train
+from tests.helpers import (
+    DATA,
+    LABELS,
+    LONG_REVIEW,
+    build_tiny_model,
+    long_ner_sentence,
+    one_thread,
+    read_conll,
+    read_log,
+    tiny_config,
+    train_steps,
+    write_conll,
+    write_jsonl,
+)
+
+AUTO_CLASSES = {"sentiment": AutoModelForSequenceClassification, "ner": AutoModelForTokenClassification}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One random tiny BERT per module; runs only read it."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="module")
+def sentiment_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny sentiment run, shared by read-only checks (copy it before changing it)."""
+    return train(tiny_config("sentiment", tiny_model, tmp_path_factory.mktemp("run") / "sentiment"))
+
+
+@pytest.fixture(scope="module")
+def ner_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny NER run, shared by read-only checks (copy it before changing it)."""
+    return train(tiny_config("ner", tiny_model, tmp_path_factory.mktemp("run") / "ner"))
+
+
+@pytest.fixture(params=["sentiment", "ner"])
+def run(request: pytest.FixtureRequest) -> Path:
+    """Each task's finished run, for the checks that hold for both."""
+    return request.getfixturevalue(f"{request.param}_run")
+
+
+def task_of(run_dir: Path) -> str:
+    return json.loads((run_dir / "config.json").read_text())["bert_tasks"]["task"]
+
+
+def test_run_dir_holds_model_tokenizer_and_reports(run: Path) -> None:
+    """A run is a complete HF model dir plus its recipe, metrics, log and curves; no `best/` left over."""
+    names = {path.name for path in run.iterdir()}
+    expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    expected |= {"recipe.yaml", "metrics.json", "train_log.jsonl", "training_curves.png"}
+    assert expected <= names
+    assert "best" not in names
+    assert (run / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_config_has_label_names_and_inference_policy(run: Path) -> None:
+    """Real label names (not LABEL_0) and the windowing policy travel in config.json."""
+    task = task_of(run)
+    config = json.loads((run / "config.json").read_text())
+    assert [config["id2label"][str(i)] for i in range(len(config["id2label"]))] == LABELS[task]
+    assert config["label2id"] == {label: i for i, label in enumerate(LABELS[task])}
+    assert config["bert_tasks"]["max_length"] == 32
+    assert config["bert_tasks"]["stride"] == 8
+    weights = load_file(run / "model.safetensors")
+    assert weights["classifier.weight"].shape == (len(LABELS[task]), 32)
+
+
+def test_recipe_reloads_to_the_run_config(run: Path, tiny_model: Path) -> None:
+    """recipe.yaml is the resolved config: load_recipe gives back what the run used."""
+    task = task_of(run)
+    reloaded = load_recipe(run / "recipe.yaml")
+    assert reloaded == tiny_config(task, tiny_model, run)
+    assert reloaded.train_file == str(DATA[task][0])
+
+
+def test_train_log_has_step_and_eval_records(run: Path) -> None:
+    """logging_steps=1: one loss/lr/grad_norm record per update, then the end-of-epoch evaluation."""
+    log = read_log(run)
+    updates = {"sentiment": 5, "ner": 4}[task_of(run)]  # ceil(40 / 8), ceil(30 / 8)
+    train_records = [record for record in log if "loss" in record]
+    assert [record["step"] for record in train_records] == list(range(1, updates + 1))
+    for record in train_records:
+        assert record["loss"] > 0 and record["grad_norm"] > 0 and record["lr"] >= 0
+    assert train_records[0]["lr"] > train_records[-1]["lr"] == 0.0  # linear decay ends at 0
+    eval_records = [record for record in log if any(key.startswith("eval_") for key in record)]
+    assert [record["step"] for record in eval_records] == [updates]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["best_step"] == updates
+    name = metrics["metric_for_best"]
+    assert eval_records[0][f"eval_{name}"] == pytest.approx(metrics["validation"][name])
+
+
+def test_saved_dir_loads_in_vanilla_transformers(run: Path) -> None:
+    """Stock AutoModelFor... loads every saved weight (no missing keys) with the real label names."""
+    task = task_of(run)
+    model, info = AUTO_CLASSES[task].from_pretrained(run, output_loading_info=True)
+    assert not info["missing_keys"]
+    assert not info["unexpected_keys"]
+    assert list(model.config.id2label.values()) == LABELS[task]
+
+
+def test_vanilla_text_classification_pipeline_agrees_with_predictor(sentiment_run: Path) -> None:
+    """transformers.pipeline gives real label names and the same probability as our (fp32) predictor."""
+    text = "The ending was top notch."
+    classify = transformers.pipeline("text-classification", model=str(sentiment_run), device=-1)
+    [stock] = classify(text)
+    [ours] = SentimentClassifier(sentiment_run, mixed_precision="no")(text)
+    assert stock["label"] == ours["label"] and stock["label"] in LABELS["sentiment"]
+    assert stock["score"] == pytest.approx(ours["score"], abs=1e-5)
+
+
+def test_vanilla_token_classification_pipeline_groups_entities(ner_run: Path) -> None:
+    """The NER dir works in pipeline('token-classification', aggregation_strategy='simple')."""
+    tag = transformers.pipeline(
+        "token-classification", model=str(ner_run), aggregation_strategy="simple", device=-1
+    )
+    text = "Lithium carbonate induced nephrogenic diabetes insipidus ."
+    entities = tag(text)
+    assert entities, "the seeded tiny model tags something in this sentence"
+    for entity in entities:
+        assert entity["entity_group"] in {"Chemical", "Disease"}
+        assert text[entity["start"] : entity["end"]].strip() != ""
+
+
+def test_grad_accum_halves_the_optimizer_updates(tiny_model: Path, tmp_path: Path) -> None:
+    """16 rows in batches of 4 = 4 micro-batches: 4 updates, or 2 with grad_accum=2 (schedule ends at 0)."""
+    small = {"batch_size": 4, "max_train_samples": 16, "validation_file": None}
+    plain = train(tiny_config("sentiment", tiny_model, tmp_path / "plain", **small))
+    accum = train(tiny_config("sentiment", tiny_model, tmp_path / "accum", grad_accum=2, **small))
+    assert train_steps(plain) == [1, 2, 3, 4]
+    assert train_steps(accum) == [1, 2]
+    last = [record for record in read_log(accum) if "loss" in record][-1]
+    assert last["lr"] == 0.0 and last["epoch"] == 1.0
+
+
+def test_max_steps_stops_exactly_there_across_epochs(tiny_model: Path, tmp_path: Path) -> None:
+    """max_steps=7 with 5 updates per epoch runs into epoch 2 and stops at 7 (evaluating at 5 and 7)."""
+    out = train(tiny_config("sentiment", tiny_model, tmp_path / "out", max_steps=7))
+    assert train_steps(out) == list(range(1, 8))
+    evals = [record["step"] for record in read_log(out) if "eval_accuracy" in record]
+    assert evals == [5, 7]
+
+
+def test_early_stopping_stops_after_patience_evals(tiny_model: Path, tmp_path: Path) -> None:
+    """With lr ~0 accuracy cannot improve: patience=2 stops at the 3rd of 15 updates, best stays step 1."""
+    cfg = tiny_config(
+        "sentiment", tiny_model, tmp_path / "out", epochs=3, lr=1e-12, eval_every=1, early_stopping_patience=2
+    )
+    out = train(cfg)
+    assert train_steps(out) == [1, 2, 3]
+    assert [record["step"] for record in read_log(out) if "eval_accuracy" in record] == [1, 2, 3]
+    assert json.loads((out / "metrics.json").read_text())["best_step"] == 1
+    assert not (out / "best").exists()
+
+
+def test_unknown_metric_for_best_is_a_user_error(tiny_model: Path, tmp_path: Path) -> None:
+    """A metric name the task does not compute fails with the names it does compute."""
+    cfg = tiny_config("sentiment", tiny_model, tmp_path / "out", max_steps=1, metric_for_best="f2")
+    with pytest.raises(BertTasksError, match=r"metric_for_best='f2'.*accuracy"):
+        train(cfg)
+
+
+def test_non_empty_output_dir_is_refused_and_kept(tiny_model: Path, tmp_path: Path) -> None:
+    """Without overwrite nothing is deleted, and the message names both ways forward."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(BertTasksError, match=r"--overwrite.*--resume"):
+        train(tiny_config("sentiment", tiny_model, out, max_steps=1))
+    assert [path.name for path in out.iterdir()] == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_overwrite_replaces_a_previous_run(sentiment_run: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """overwrite=true removes the old run's files (a stale extra file too) and writes the new run."""
+    out = shutil.copytree(sentiment_run, tmp_path / "out")
+    (out / "stale.txt").write_text("old")
+    train(tiny_config("sentiment", tiny_model, out, max_steps=2, overwrite=True, validation_file=None))
+    assert not (out / "stale.txt").exists()
+    assert train_steps(out) == [1, 2]
+    assert load_recipe(out / "recipe.yaml").max_steps == 2
+
+
+def test_overwrite_refuses_a_dir_that_is_not_a_run(tiny_model: Path, tmp_path: Path) -> None:
+    """`output_dir=~ overwrite=true` must not wipe a home dir: only a previous run may be replaced."""
+    out = tmp_path / "documents"
+    out.mkdir()
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(BertTasksError, match=r"not a (bert-tasks )?run"):
+        train(tiny_config("sentiment", tiny_model, out, max_steps=1, overwrite=True))
+    assert (out / "thesis.tex").exists()
+
+
+def test_resume_without_checkpoint_says_how_to_get_one(sentiment_run: Path, tiny_model: Path) -> None:
+    with pytest.raises(BertTasksError, match="save_every"):
+        train(tiny_config("sentiment", tiny_model, sentiment_run, resume=True))
+
+
+def test_resumed_run_ends_where_an_uninterrupted_one_does(tiny_model: Path, tmp_path: Path) -> None:
+    """Stop after step 3 of 6 (checkpoints every 3), resume, and compare with an uninterrupted run.
+
+    Two epochs of 5 updates with batch 8, so the resumed run restarts mid-epoch and crosses an epoch
+    boundary: data order, optimizer, scheduler and RNG states all have to be restored for the weights to
+    match.
+    """
+    settings = {"max_steps": 6, "save_every": 3, "validation_file": None}
+    full = train(tiny_config("sentiment", tiny_model, tmp_path / "full", **settings))
+    interrupted = shutil.copytree(full, tmp_path / "interrupted")
+    shutil.rmtree(interrupted / "checkpoints" / "step-00000006")
+    for name in ("model.safetensors", "metrics.json"):
+        (interrupted / name).unlink()
+    resumed = train(tiny_config("sentiment", tiny_model, interrupted, resume=True, **settings))
+    expected, actual = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_long_sentiment_texts_are_windowed_and_scored_once(
+    tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Long texts become several training windows, yet each validation text counts once in the metrics."""
+    rows = [{"text": f"{LONG_REVIEW} Visit {i}.", "label": LABELS["sentiment"][i % 2]} for i in range(6)]
+    validation = write_jsonl(tmp_path / "long.jsonl", rows)
+    train_file = write_jsonl(tmp_path / "train.jsonl", rows)
+    cfg = tiny_config(
+        "sentiment", tiny_model, tmp_path / "out", train_file=train_file, validation_file=validation
+    )
+    out = train(cfg)
+    windows = int(re.search(r"(\d+) training windows", capsys.readouterr().out).group(1))
+    assert windows >= 3 * len(rows)
+    validation_metrics = json.loads((out / "metrics.json").read_text())["validation"]
+    assert sum(map(sum, validation_metrics["confusion_matrix"])) == len(rows)
+
+
+def test_long_ner_sentence_is_windowed_in_training(
+    tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ~50-word sentence at max_length=32 yields several windows; no word is cut from the gold."""
+    sentences = [*read_conll(DATA["ner"][0])[:8], long_ner_sentence()]
+    train_file = write_conll(tmp_path / "train.conll", sentences)
+    validation = write_conll(tmp_path / "validation.conll", [long_ner_sentence()])
+    cfg = tiny_config("ner", tiny_model, tmp_path / "out", train_file=train_file, validation_file=validation)
+    out = train(cfg)
+    windows = int(re.search(r"(\d+) training windows", capsys.readouterr().out).group(1))
+    assert windows >= len(sentences) + 2
+    per_type = json.loads((out / "metrics.json").read_text())["validation"]["per_type"]
+    assert {name: row["support"] for name, row in per_type.items()} == {"Chemical": 6, "Disease": 3}
+
+
+def test_runs_are_reproducible(tiny_model: Path, tmp_path: Path) -> None:
+    """Same seed, same data -> the same losses and weights (so test expectations above are stable)."""
+    first = train(tiny_config("sentiment", tiny_model, tmp_path / "a", max_steps=2, validation_file=None))
+    second = train(tiny_config("sentiment", tiny_model, tmp_path / "b", max_steps=2, validation_file=None))
+    losses = [[record["loss"] for record in read_log(out) if "loss" in record] for out in (first, second)]
+    assert losses[0] == losses[1]
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    torch.testing.assert_close(a, b)
