@@ -21,13 +21,20 @@ def collect_window_logits(
     num_rows: int,
     accelerator: Accelerator | None = None,
     description: str = "predict",
+    device: torch.device | None = None,
 ) -> list[np.ndarray]:
-    """Logits for every encoded row: [num_labels] per sentence, [window_tokens, num_labels] per token task."""
+    """Logits for every encoded row: [num_labels] per sentence, [window_tokens, num_labels] per token task.
+
+    With an `accelerator` (evaluation in training) batches are sharded and gathered across processes;
+    without one (prediction) they are moved to `device`.
+    """
     model.eval()
     found: list[np.ndarray | None] = [None] * num_rows
     show = accelerator is None or accelerator.is_local_main_process
     with torch.inference_mode():
         for batch in tqdm(loader, desc=description, disable=not show, leave=False, delay=2):
+            if device is not None:  # without an accelerator, which already places batches
+                batch = {key: value.to(device) for key, value in batch.items()}
             rows = batch["row"]  # [B]
             lengths = batch["attention_mask"].sum(dim=1)  # [B]
             logits = model(**model_inputs(batch, with_labels=False)).logits.float()  # [B, L] or [B, T, L]

@@ -59,6 +59,8 @@ class Predictor:
         self.max_length = int(policy.get("max_length", min(self.tokenizer.model_max_length, 512)))
         self.stride = int(policy.get("stride", 32))
         self.batch_size = batch_size
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(self.device)
         self.bf16 = resolve_mixed_precision(mixed_precision) == "bf16"
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
@@ -84,8 +86,8 @@ class Predictor:
     def _window_logits(self, raw: Dataset) -> tuple[Dataset, list[Any]]:
         encoded = self.task.encode(raw, self.tokenizer, None, self.max_length, self.stride)
         loader = eval_loader(encoded, self.task.collator(self.tokenizer), self.batch_size)
-        with torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else nullcontext():
-            logits = collect_window_logits(self.model, loader, len(encoded))
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
+            logits = collect_window_logits(self.model, loader, len(encoded), device=self.device)
         return encoded, logits
 
 

@@ -45,6 +45,7 @@ class RunState:
     epoch: int = 0
     best_metric: float | None = None
     best_step: int | None = None
+    best_scores: dict[str, Any] | None = None
     evals_without_improvement: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -206,8 +207,10 @@ def _finish(
     if state.best_step is not None:
         unwrapped.load_state_dict(load_file(best_dir / "model.safetensors"))
     metrics: dict[str, Any] = {"best_step": state.best_step, "metric_for_best": metric_name}
+    if state.best_scores is not None:
+        metrics["validation"] = state.best_scores  # scored when it was the best; no second pass
     for split in ("validation", "test"):
-        if split in encoded:
+        if split in encoded and split not in metrics:
             loader = accelerator.prepare(
                 eval_loader(encoded[split], task.collator(tokenizer), cfg.eval_batch_size)
             )
@@ -250,6 +253,7 @@ def _track_best(
     value = float(scores[metric_name])
     if state.best_metric is None or value > state.best_metric:
         state.best_metric, state.best_step, state.evals_without_improvement = value, state.global_step, 0
+        state.best_scores = scores
         if accelerator.is_main_process:
             accelerator.unwrap_model(model).save_pretrained(output_dir / "best")
         accelerator.wait_for_everyone()
@@ -350,4 +354,5 @@ def _print_summary(metrics: dict[str, Any], metric_name: str, output_dir: Path) 
         if split in metrics:
             scalars = ", ".join(f"{k} {v:.4f}" for k, v in metrics[split].items() if isinstance(v, float))
             print(f"{split}: {scalars}")
-    print(f"model saved to {output_dir} (best {metric_name} at step {metrics['best_step']})")
+    best = f" (best {metric_name} at step {metrics['best_step']})" if metrics["best_step"] is not None else ""
+    print(f"model saved to {output_dir}{best}")
