@@ -125,15 +125,9 @@ def _as_record(task: str, text: str, prediction: Any) -> dict[str, Any]:
 
 def _read_texts(path: str) -> list[str]:
     """Texts from a file: JSONL objects with a 'text' field, or one plain text per non-blank line."""
-    file = Path(path)
-    if not file.is_file():
-        raise BertTasksError(f"--file {path}: no such file")
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise BertTasksError(
-            f"--file {path}: not UTF-8 at byte {error.start}; re-save it as UTF-8"
-        ) from error
+    from bert_tasks.data.files import read_utf8
+
+    lines = read_utf8(path).splitlines()  # one-line errors for missing, empty, non-UTF-8 files
     texts = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -148,8 +142,6 @@ def _read_texts(path: str) -> list[str]:
             texts.append(record["text"])
         else:
             texts.append(line)
-    if not texts:
-        raise BertTasksError(f"--file {path}: no texts in it (empty or only blank lines)")
     return texts
 
 

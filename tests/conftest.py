@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import BertConfig
 
 from bert_tasks.modeling.load import bundled_model_dir
+from tests.helpers import build_tiny_model, one_thread
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -18,22 +19,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def tiny_bert_config(**overrides: object) -> BertConfig:
-    """A 2-layer, 32-wide BERT with the bundled tokenizer's vocabulary: fast, but real shapes."""
-    settings: dict[str, object] = {
-        "vocab_size": 30522,
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 37,
-        "max_position_embeddings": 128,
-        "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1,
-    }
-    settings.update(overrides)
-    return BertConfig(**settings)
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +45,16 @@ def padded_batch() -> dict[str, torch.Tensor]:
     attention_mask[2, 3:] = 0
     input_ids[attention_mask == 0] = 0
     return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny BERT + the bundled tokenizer saved as a model dir; runs only read it."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="module")
+def single_thread() -> Iterator[None]:
+    """One torch thread for modules of many tiny runs: thread start-up costs more than it buys there."""
+    with one_thread():
+        yield

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, BertModel
+from transformers import AutoTokenizer, BertConfig, BertModel
 
 from bert_tasks.config import Config, load_recipe
 from bert_tasks.data.ner_files import words_with_offsets
 from bert_tasks.modeling.load import bundled_model_dir
-from tests.conftest import tiny_bert_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DATA = {
@@ -143,3 +142,19 @@ def read_conll(path: Path) -> list[list[tuple[str, str]]]:
     """The (word, tag) sentences of a two-column CoNLL file."""
     blocks = path.read_text(encoding="utf-8").strip().split("\n\n")
     return [[tuple(line.split("\t")) for line in block.splitlines()] for block in blocks]  # type: ignore[misc]
+
+
+def tiny_bert_config(**overrides: object) -> BertConfig:
+    """A 2-layer, 32-wide BERT with the bundled tokenizer's vocabulary: fast, but real shapes."""
+    settings: dict[str, object] = {
+        "vocab_size": 30522,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+        "max_position_embeddings": 128,
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+    }
+    settings.update(overrides)
+    return BertConfig(**settings)

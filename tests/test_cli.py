@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,7 @@ from tests.helpers import (
     DATA,
     LABELS,
     LONG_NER_TEXT,
-    build_tiny_model,
     fast_overrides,
-    one_thread,
     train_steps,
     write_jsonl,
 )
@@ -35,15 +32,7 @@ from tests.helpers import (
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +221,7 @@ def test_predict_file_plain_lines_and_jsonl(
 @pytest.mark.parametrize(
     ("argv_tail", "message"),
     [
-        (["--file", "{tmp}/missing.txt"], "--file {tmp}/missing.txt: no such file"),
+        (["--file", "{tmp}/missing.txt"], "{tmp}/missing.txt: file not found"),
         ([], "nothing to predict"),
         (["text", "--batch-size", "0"], "--batch-size must be at least 1"),
         (["   "], "text 1 is empty"),

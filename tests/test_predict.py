@@ -7,7 +7,6 @@ clear errors for bad input.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +16,13 @@ from bert_tasks.data.ner_files import words_with_offsets
 from bert_tasks.errors import BertTasksError
 from bert_tasks.predict import EntityTagger, Predictor, SentimentClassifier
 from bert_tasks.training import train
-from tests.helpers import LABELS, LONG_NER_TEXT, LONG_REVIEW, build_tiny_model, one_thread, tiny_config
+from tests.helpers import LABELS, LONG_NER_TEXT, LONG_REVIEW, tiny_config
 
 SHORT_TEXTS = ["Loved it.", "The battery died after a day, which was a shame.", "Fine.", "Not good at all."]
 NER_TEXTS = ["Cisplatin nephrotoxicity was seen .", "Lithium carbonate induced nephrogenic diabetes ."]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

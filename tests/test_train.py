@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +25,7 @@ from tests.helpers import (
     DATA,
     LABELS,
     LONG_REVIEW,
-    build_tiny_model,
     long_ner_sentence,
-    one_thread,
     read_conll,
     read_log,
     tiny_config,
@@ -40,16 +37,7 @@ from tests.helpers import (
 AUTO_CLASSES = {"sentiment": AutoModelForSequenceClassification, "ner": AutoModelForTokenClassification}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One random tiny BERT per module; runs only read it."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import regex
 from datasets import ClassLabel, Dataset
 
+from bert_tasks.data.files import json_records, read_utf8
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -100,24 +100,6 @@ class _RepairLog:
             )
 
 
-def _read_text(path: str | Path) -> tuple[Path, str]:
-    """Read a whole UTF-8 file (BOM allowed), with one-line errors for missing, empty or non-UTF-8 files."""
-    path = Path(path)
-    if not path.is_file():
-        raise BertTasksError(f"{path}: file not found; check train_file/validation_file/test_file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise BertTasksError(
-            f"{path}:{line}: byte 0x{data[e.start]:02x} is not valid UTF-8; re-save the file as UTF-8"
-        ) from None
-    if not text.strip():
-        raise BertTasksError(f"{path}: file is empty; give a file with at least one sentence")
-    return path, text
-
-
 def _lines(text: str) -> Iterator[tuple[int, str]]:
     # split("\n"), not splitlines(): tokens may legitimately contain \x0b, \x1c, U+2028 and the like.
     for number, line in enumerate(text.split("\n"), start=1):
@@ -133,7 +115,8 @@ def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     """
     if tag_index == 0:
         raise BertTasksError("conll_tag_index=0 points at the token column; use the tag column (e.g. -1)")
-    path, text = _read_text(path)
+    path = Path(path)
+    text = read_utf8(path)
     repairs = _RepairLog(path)
     tokens: list[list[str]] = []
     tags: list[list[str]] = []
@@ -180,37 +163,6 @@ def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     return Dataset.from_dict({"tokens": tokens, "tags": tags})
 
 
-def _json_records(path: Path, text: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield (`file:line` or `file:record N`, object) from JSON Lines or from one JSON array."""
-    if text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise BertTasksError(f"{path}:{e.lineno}: invalid JSON ({e.msg}); fix the file") from None
-        if not isinstance(records, list):
-            raise BertTasksError(f"{path}: expected a JSON array of objects or one JSON object per line")
-        for i, record in enumerate(records, start=1):
-            yield _object(f"{path}:record {i}", record)
-        return
-    for number, line in _lines(text):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BertTasksError(
-                f"{path}:{number}: invalid JSON ({e.msg}); write one JSON object per line"
-            ) from None
-        yield _object(f"{path}:{number}", record)
-
-
-def _object(where: str, record: Any) -> tuple[str, dict[str, Any]]:
-    if not isinstance(record, dict):
-        kind = type(record).__name__
-        raise BertTasksError(f"{where}: expected a JSON object, found {kind}; fix the record")
-    return where, record
-
-
 def _tokens_and_tags(
     where: str, record: dict[str, Any], tokens_column: str, tag_column: str
 ) -> tuple[list[str], list[str]]:
@@ -233,10 +185,11 @@ def _tokens_and_tags(
 
 def read_jsonl_tokens(path: str | Path, tokens_column: str = "tokens", tag_column: str = "tags") -> Dataset:
     """Read JSON Lines records holding pre-split tokens and one BIO tag per token."""
-    path, text = _read_text(path)
+    path = Path(path)
+    text = read_utf8(path)
     repairs = _RepairLog(path)
     tokens, tags = [], []
-    for where, record in _json_records(path, text):
+    for where, record in json_records(path, text):
         words, word_tags = _tokens_and_tags(where, record, tokens_column, tag_column)
         fixed, repaired = repair_bio(word_tags)
         repairs.add(repaired, [where] * len(fixed))
@@ -306,10 +259,11 @@ def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
     the same words. A span that cuts a word (or covers no word) is kept at word granularity and listed in
     one warning; overlapping spans are an error.
     """
-    path, raw = _read_text(path)
+    path = Path(path)
+    raw = read_utf8(path)
     columns: dict[str, list] = {"tokens": [], "tags": [], "text": [], "word_offsets": []}
     cut_reports: list[str] = []
-    for where, record in _json_records(path, raw):
+    for where, record in json_records(path, raw):
         text = record.get(text_column)
         if not isinstance(text, str):
             raise BertTasksError(
@@ -391,8 +345,8 @@ def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
         raise BertTasksError(
             f"{path}: unknown NER file type {suffix!r}; use {', '.join(COLUMN_SUFFIXES + JSON_SUFFIXES)}"
         )
-    _, text = _read_text(path)
-    _, first = next(_json_records(path, text), (None, None))
+    text = read_utf8(path)
+    _, first = next(json_records(path, text), (None, None))
     if first is None:
         raise BertTasksError(f"{path}: no records found; give at least one JSON object")
     if cfg.tokens_column in first:

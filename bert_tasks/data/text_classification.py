@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from datasets import ClassLabel, Dataset
 
+from bert_tasks.data.files import json_records, read_utf8
 from bert_tasks.errors import BertTasksError
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".json")
@@ -33,15 +33,13 @@ def read_text_classification(path: str | Path, text_column: str, label_column: s
             empty text or no label, or malformed JSON, each naming `file:line`.
     """
     path = Path(path)
-    content = _read_utf8(path)
+    content = read_utf8(path)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         delimiter = "\t" if suffix == ".tsv" else ","
         rows = _delimited_rows(path, content, delimiter, required=(text_column, label_column))
-    elif suffix == ".jsonl" or (suffix == ".json" and not content.lstrip().startswith("[")):
-        rows = _json_lines_rows(path, content)
-    elif suffix == ".json":
-        rows = _json_array_rows(path, content)
+    elif suffix in (".jsonl", ".json"):
+        rows = json_records(path, content)
     else:
         raise BertTasksError(f"{path}: unsupported file type '{suffix}'; use one of {', '.join(FORMATS)}")
 
@@ -92,24 +90,6 @@ def read_hub_text_classification(dataset_id: str, split: str, text_column: str, 
     return ds.map(to_text_label, batched=True, remove_columns=ds.column_names)
 
 
-def _read_utf8(path: Path) -> str:
-    if not path.is_file():
-        raise BertTasksError(
-            f"{path}: file not found; check the path (relative paths start at the current dir)"
-        )
-    data = path.read_bytes()
-    if not data.strip():
-        raise BertTasksError(f"{path}: the file is empty; it needs a header and labelled rows")
-    try:
-        return data.decode("utf-8-sig")  # -sig: tolerate the byte-order mark spreadsheet exports add
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise BertTasksError(
-            f"{path}:{line}: byte 0x{data[e.start]:02x} at offset {e.start} is not UTF-8; "
-            "re-save the file as UTF-8"
-        ) from e
-
-
 def _delimited_rows(
     path: Path, content: str, delimiter: str, required: tuple[str, str]
 ) -> Iterator[tuple[str, dict[str, str]]]:
@@ -137,35 +117,6 @@ def _delimited_rows(
             yield f"{path}:{start}", dict(zip(header, fields, strict=True))
     except csv.Error as e:
         raise BertTasksError(f"{path}:{reader.line_num}: {e}; fix the row") from e
-
-
-def _json_lines_rows(path: Path, content: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    for number, line in enumerate(content.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BertTasksError(
-                f"{path}:{number}: not valid JSON ({e.msg}); one JSON object per line"
-            ) from e
-        if not isinstance(row, dict):
-            raise BertTasksError(f"{path}:{number}: expected a JSON object, found {type(row).__name__}")
-        yield f"{path}:{number}", row
-
-
-def _json_array_rows(path: Path, content: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    try:
-        rows = json.loads(content)
-    except json.JSONDecodeError as e:
-        raise BertTasksError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); fix the file") from e
-    for number, row in enumerate(rows, start=1):
-        # A parsed array has no line numbers left; the record's position is what the user can find.
-        if not isinstance(row, dict):
-            raise BertTasksError(
-                f"{path}: record {number}: expected a JSON object, found {type(row).__name__}"
-            )
-        yield f"{path}: record {number}", row
 
 
 def _text(value: Any, where: str, column: str) -> str:

@@ -73,9 +73,9 @@ BAD_ROWS = [
     ("d.csv", 'text,label\n"multi\nline",pos\n,neg\n', "d.csv:4: empty text"),
     ("e.jsonl", '{"text": "ok", "label": "a"}\n\n{"text": "ok"}\n', "e.jsonl:3: expected columns"),
     ("f.jsonl", '{"text": "ok", "label": "a"}\n{"text": "ok", "label": null}\n', "f.jsonl:2: missing label"),
-    ("g.jsonl", '{"text": "ok", "label": "a"}\n{"text": "ok",\n', "g.jsonl:2: not valid JSON"),
+    ("g.jsonl", '{"text": "ok", "label": "a"}\n{"text": "ok",\n', "g.jsonl:2: invalid JSON"),
     ("h.json", '[{"text": "ok", "label": "a"}, {"text": " ", "label": "b"}]', "h.json: record 2: empty text"),
-    ("i.json", '[{"text": "ok", "label": "a"},', "i.json:1: not valid JSON"),
+    ("i.json", '[{"text": "ok", "label": "a"},', "i.json:1: invalid JSON"),
 ]
 
 

@@ -17,7 +17,7 @@ from transformers.models.bert.modeling_bert import BertSelfAttention, eager_atte
 
 from bert_tasks import patch_bert
 from bert_tasks.modeling.attention import FusedBertSelfAttention
-from tests.conftest import tiny_bert_config
+from tests.helpers import tiny_bert_config
 
 
 def stock_and_patched(model_class, attn_implementation: str = "eager", **overrides):

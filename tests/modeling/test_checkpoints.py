@@ -17,7 +17,7 @@ from transformers import (
 )
 
 from bert_tasks import BertTasksError, load_model, patch_bert
-from tests.conftest import tiny_bert_config
+from tests.helpers import tiny_bert_config
 
 # Runs in a fresh interpreter in which `import bert_tasks` fails, so only vanilla transformers can load.
 VANILLA_LOAD = """

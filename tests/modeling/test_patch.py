@@ -14,7 +14,7 @@ from transformers.pytorch_utils import prune_linear_layer
 from bert_tasks import BertTasksError, patch_bert
 from bert_tasks.modeling.attention import FusedBertSelfAttention
 from bert_tasks.modeling.patch import is_patched
-from tests.conftest import tiny_bert_config
+from tests.helpers import tiny_bert_config
 
 
 def fused_modules(model: nn.Module) -> list[FusedBertSelfAttention]:
