@@ -108,8 +108,10 @@ def run_trainer(name: str, cfg: Config, args: argparse.Namespace, tmp: Path) -> 
             data_collator=DataCollatorWithPadding(tokenizer) if tuned else default_data_collator,
         )
         _, loop_seconds = timed(trainer.train)
-        logits = trainer.predict(dev_set).predictions
-        return float(accuracy_score(dev_set["labels"], np.argmax(logits, axis=-1))), loop_seconds
+        # Score against the label_ids predict() returns with the logits: they come in the same order even
+        # if the eval dataloader does not keep the dataset's (group_by_length may reorder it).
+        output = trainer.predict(dev_set)
+        return float(accuracy_score(output.label_ids, np.argmax(output.predictions, axis=-1))), loop_seconds
 
     (accuracy, loop_seconds), total_seconds = timed(run)
     return {"loop_s": loop_seconds, "total_s": total_seconds, "accuracy": accuracy}

@@ -10,7 +10,7 @@ run() {
   /usr/bin/time -f "$name wall %e s, max RSS %M KB" "$@" --json "bench/results/$name.json" > "bench/results/$name.log" 2>&1
   tail -1 "bench/results/$name.log" >&2
 }
-run attention python bench/attention.py --repeats 3
+run attention python bench/attention.py --repeats 4
 run finetune_sentiment python bench/finetune_sentiment.py
 run finetune_sentiment_quality python bench/finetune_sentiment.py --quality --output-dir runs/sentiment_sst2
 run finetune_ner_bc5cdr python bench/finetune_ner.py --corpus bc5cdr --output-dir runs/ner_bc5cdr
