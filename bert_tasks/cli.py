@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.memory import DTYPES
+from bert_tasks.modeling.load import DEFAULT_MODEL
+from bert_tasks.quantize import QUANTIZE_METHODS
 from bert_tasks.tasks import TASK_NAMES
 
 
@@ -68,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.add_argument(
+        "--quantize", choices=QUANTIZE_METHODS, help="score the dynamically quantized model"
+    )
+    evaluate.add_argument(
         "overrides", nargs="*", metavar="key=value", help="reader settings, e.g. text_column=x"
     )
     evaluate.set_defaults(run=_evaluate, positionals="overrides")
@@ -79,7 +85,31 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--file", help="texts to label: one per line, or JSONL with a 'text' field")
     predict.add_argument("--json", action="store_true", help="one JSON object per text, for programs")
     predict.add_argument("--batch-size", type=int, default=64)
+    predict.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
     predict.set_defaults(run=_predict, positionals="texts")
+
+    attention = commands.add_parser("attention", help="draw a text's attention weights as PNG heatmaps")
+    attention.add_argument("text", nargs="*", metavar="TEXT", help="the text (its words are joined)")
+    attention.add_argument(
+        "--model", default=DEFAULT_MODEL, help=f"a BERT model dir (default: {DEFAULT_MODEL})"
+    )
+    attention.add_argument("--layer", help="layer number from 0, or 'all' (default: the last layer)")
+    attention.add_argument("--head", type=int, help="head number from 0 (default: every head of the layer)")
+    attention.add_argument("--out", help="PNG to write (default: attention_<layer>[_head<H>].png)")
+    attention.set_defaults(run=_attention, positionals="text")
+
+    memory = commands.add_parser("memory", help="attention memory: formula vs measured, eager vs fused SDPA")
+    memory.add_argument("--model", default=DEFAULT_MODEL, help=f"a BERT model dir (default: {DEFAULT_MODEL})")
+    memory.add_argument("--batch", type=int, default=8)
+    memory.add_argument("--seq-len", type=int, default=512)
+    memory.add_argument("--dtype", choices=DTYPES, default="fp32")
+    memory.set_defaults(run=_memory, positionals="unexpected", unexpected=[])
+
+    export = commands.add_parser("export", help="write a reusable quantized copy of a saved model")
+    export.add_argument("out", nargs="*", metavar="OUT", help="the new model dir")
+    export.add_argument("--model", required=True, help="saved model dir")
+    export.add_argument("--quantize", choices=QUANTIZE_METHODS, required=True)
+    export.set_defaults(run=_export, positionals="out")
     return parser
 
 
@@ -97,7 +127,9 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     model_dir = Path(args.model or f"runs/{args.task}")
     out_dir = Path(args.out) if args.out else model_dir / f"eval-{Path(args.data).stem}"
-    metrics = evaluate_file(args.task, model_dir, args.data, args.overrides, out_dir, quiet=args.json)
+    metrics = evaluate_file(
+        args.task, model_dir, args.data, args.overrides, out_dir, quiet=args.json, quantize=args.quantize
+    )
     if args.json:
         print(json.dumps(metrics, indent=2))
 
@@ -110,13 +142,42 @@ def _predict(args: argparse.Namespace) -> None:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
     if args.batch_size < 1:
         raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
-    predictor = PREDICTORS[args.task](args.model or f"runs/{args.task}", batch_size=args.batch_size)
+    predictor = PREDICTORS[args.task](
+        args.model or f"runs/{args.task}", batch_size=args.batch_size, quantize=args.quantize
+    )
     predictions = predictor.predict(texts)
     if args.json:
         for text, prediction in zip(texts, predictions, strict=True):
             print(json.dumps(_as_record(args.task, text, prediction), ensure_ascii=False))
     else:
         print(predictor.task.render_predictions(texts, predictions))
+
+
+def _attention(args: argparse.Namespace) -> None:
+    from bert_tasks.attention_maps import draw_attention
+
+    text = " ".join(args.text)
+    if not text.strip():
+        raise BertTasksError('nothing to draw: give a text, e.g. bert-tasks attention "The patient is ill"')
+    path, _ = draw_attention(text, args.model, args.layer, args.head, args.out)
+    print(f"attention heatmap written to {path}")
+
+
+def _memory(args: argparse.Namespace) -> None:
+    from bert_tasks.memory import attention_memory, render_memory
+
+    if args.unexpected:
+        raise BertTasksError(f"memory takes no positional arguments, got: {' '.join(args.unexpected)}")
+    print(render_memory(attention_memory(args.model, args.batch, args.seq_len, args.dtype)))
+
+
+def _export(args: argparse.Namespace) -> None:
+    from bert_tasks.quantize import export_quantized
+
+    if len(args.out) != 1:
+        raise BertTasksError(f"export needs one OUT directory, got {len(args.out)}")
+    sizes = export_quantized(args.model, args.out[0], args.quantize)
+    print(f"{args.quantize} model written to {args.out[0]}; weights in memory: {sizes}")
 
 
 def _as_record(task: str, text: str, prediction: Any) -> dict[str, Any]:

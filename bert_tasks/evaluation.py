@@ -18,14 +18,16 @@ def evaluate_file(
     overrides: Sequence[str],
     out_dir: Path,
     quiet: bool = False,
+    quantize: str | None = None,
 ) -> dict[str, Any]:
     """Read `data_file` the way the model's training recipe read its data, score it, write JSON + plots.
 
     The recipe saved with the model supplies the reader settings (columns, label names, CoNLL tag
     column); `overrides` (key=value) can change them for a file laid out differently. `quiet` skips the
-    report for people (the CLI's --json prints JSON only).
+    report for people (the CLI's --json prints JSON only). `quantize="int8"` scores the dynamically
+    quantized model, to see what quantization costs.
     """
-    predictor = PREDICTORS[task](model_dir)
+    predictor = PREDICTORS[task](model_dir, quantize=quantize)
     recipe = Path(model_dir) / "recipe.yaml"
     data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
     cfg = load_recipe(

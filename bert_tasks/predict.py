@@ -19,6 +19,7 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.inference import collect_window_logits
 from bert_tasks.modeling.load import load_config, load_model, load_tokenizer
 from bert_tasks.precision import resolve_mixed_precision
+from bert_tasks.quantize import SizeChange, check_method, quantize_model
 from bert_tasks.tasks import make_task
 
 _TASK_OF_ARCHITECTURE = {"BertForSequenceClassification": "sentiment", "BertForTokenClassification": "ner"}
@@ -35,9 +36,17 @@ class Predictor:
         batch_size: int = 64,
         mixed_precision: str = "auto",
         allow_pickle: bool = False,
+        quantize: str | None = None,
     ) -> None:
+        """`quantize="int8"`: dynamic INT8 Linear layers (CPU, fp32 activations); None quantizes only a
+        dir written by `bert-tasks export --quantize`, whose config.json asks for it."""
         config = load_config(model_dir)
         policy = dict(getattr(config, "bert_tasks", None) or {})
+        quantize = check_method(quantize or policy.get("quantize"))
+        if quantize and mixed_precision == "bf16":
+            raise BertTasksError(
+                f"{quantize} quantization runs with fp32 activations; drop mixed_precision=bf16"
+            )
         task_name = policy.get("task") or _TASK_OF_ARCHITECTURE.get((config.architectures or [""])[0])
         if task_name is None:
             raise BertTasksError(
@@ -56,12 +65,15 @@ class Predictor:
         )
         self.tokenizer = load_tokenizer(model_dir)
         self.model = load_model(model_dir, task_name, allow_pickle=allow_pickle).eval()
+        #: Weight bytes before/after quantization; None for a float model.
+        self.quantized: SizeChange | None = quantize_model(self.model, quantize) if quantize else None
         self.max_length = int(policy.get("max_length", min(self.tokenizer.model_max_length, 512)))
         self.stride = int(policy.get("stride", 32))
         self.batch_size = batch_size
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # Dynamically quantized Linear layers run on CPU only.
+        self.device = torch.device("cuda" if torch.cuda.is_available() and not quantize else "cpu")
         self.model.to(self.device)
-        self.bf16 = resolve_mixed_precision(mixed_precision) == "bf16"
+        self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
     @classmethod

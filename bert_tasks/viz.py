@@ -74,3 +74,96 @@ def _save(fig: Figure, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return path
+
+
+def attention_figure_size(n_tokens: int, n_panels: int = 1, ncols: int = 1) -> tuple[float, float]:
+    """Figure size in inches of an attention plot: one head, or `n_panels` small multiples in `ncols` columns.
+
+    One head gets about a quarter inch per token (5 to 16 inches), room for the word-piece labels; small
+    multiples get a fixed panel size so that a layers x heads overview of a 12 x 12 model stays printable.
+    """
+    if n_panels == 1:
+        side = min(16.0, max(5.0, 2.0 + 0.28 * n_tokens))
+        return side + 1.2, side  # + colour bar
+    panel = 3.0 if n_panels <= 16 else 1.6
+    nrows = math.ceil(n_panels / ncols)
+    return ncols * panel + 1.0, nrows * panel + 1.6  # + colour bar, + title and word-piece labels
+
+
+def plot_attention_head(probs: np.ndarray, tokens: Sequence[str], title: str, path: str | Path) -> Path:
+    """One head's attention probabilities [T, T]: query tokens as rows, key tokens as columns."""
+    probs = np.asarray(probs)  # [T, T]
+    _check_attention(probs[None], tokens)
+    fig = Figure(figsize=attention_figure_size(len(tokens)), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(probs, cmap="viridis", vmin=0.0, aspect="auto", interpolation="nearest")
+    _label_tokens(ax, tokens, rows=True, columns=True, fontsize=_token_fontsize(fig, len(tokens), 1))
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="attention probability")
+    return _save(fig, path)
+
+
+def plot_attention_grid(
+    probs: np.ndarray,
+    tokens: Sequence[str],
+    title: str,
+    path: str | Path,
+    ncols: int,
+    panel_titles: Sequence[str],
+    row_labels: Sequence[str] | None = None,
+) -> Path:
+    """Small multiples of attention maps [N, T, T] on one colour scale, `ncols` per row.
+
+    Word-piece labels go on the outer panels only (first column, last row), and only while they fit.
+    """
+    probs = np.asarray(probs)  # [N, T, T]
+    _check_attention(probs, tokens)
+    n_panels = probs.shape[0]
+    nrows = math.ceil(n_panels / ncols)
+    fig = Figure(figsize=attention_figure_size(len(tokens), n_panels, ncols), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)  # [rows, cols] of Axes
+    fontsize = _token_fontsize(fig, len(tokens), ncols)
+    vmax = float(probs.max())
+    for index, ax in enumerate(axes.flat):
+        if index >= n_panels:
+            ax.set_axis_off()
+            continue
+        row, col = divmod(index, ncols)
+        image = ax.imshow(
+            probs[index], cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest"
+        )
+        last_row = index + ncols >= n_panels
+        _label_tokens(ax, tokens, rows=col == 0, columns=last_row, fontsize=fontsize)
+        ax.set_title(panel_titles[index], fontsize=9)
+        if row_labels is not None and col == 0:
+            ax.set_ylabel(row_labels[row])
+    fig.suptitle(title)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="attention probability")
+    return _save(fig, path)
+
+
+def _check_attention(probs: np.ndarray, tokens: Sequence[str]) -> None:
+    if probs.ndim != 3 or probs.shape[1:] != (len(tokens), len(tokens)):
+        raise BertTasksError(f"attention maps are {probs.shape} but there are {len(tokens)} tokens")
+
+
+def _token_fontsize(fig: Figure, n_tokens: int, ncols: int) -> float:
+    """Points per tick label: ~70% of a token's cell (the figure width is ~ncols panels), 0 if unreadable."""
+    cell_points = 72 * fig.get_figwidth() / (ncols + 0.4) / max(n_tokens, 1)
+    size = min(9.0, 0.7 * cell_points)
+    return size if size >= 4.0 else 0.0
+
+
+def _label_tokens(ax: Any, tokens: Sequence[str], rows: bool, columns: bool, fontsize: float) -> None:
+    """Word pieces as tick labels on the chosen axes; no ticks where labels are off or would not fit."""
+    positions = list(range(len(tokens)))
+    if rows and fontsize:
+        ax.set_yticks(positions, list(tokens), fontsize=fontsize)
+    else:
+        ax.set_yticks([])
+    if columns and fontsize:
+        ax.set_xticks(positions, list(tokens), fontsize=fontsize, rotation=90)
+    else:
+        ax.set_xticks([])

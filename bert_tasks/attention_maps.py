@@ -1,0 +1,140 @@
+"""Attention maps: the patched model's attention probabilities for one text, and heatmaps of them.
+
+The fused attention hands out probabilities only through its math path (`output_attentions=True`), which
+mirrors transformers' eager attention op for op, so a heatmap shows the very numbers stock BERT computes,
+not an approximation recovered from the SDPA kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bert_tasks.errors import BertTasksError
+from bert_tasks.modeling.load import DEFAULT_MODEL, load_model, load_tokenizer
+from bert_tasks.viz import plot_attention_grid, plot_attention_head
+
+#: Heads per row when one layer's heads are drawn as a grid.
+_HEADS_PER_ROW = 4
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Attention probabilities of every layer and head of a model for one text."""
+
+    model: str  # the model as named by the caller, for titles
+    tokens: list[str]  # the T word pieces, [CLS] and [SEP] included
+    probs: torch.Tensor  # [L, H, T, T]: layer, head, query token, key token; every row sums to 1
+
+    @property
+    def num_layers(self) -> int:
+        return self.probs.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.probs.shape[1]
+
+
+def attention_maps(text: str, model: str | Path = DEFAULT_MODEL) -> AttentionMaps:
+    """Run `text` through the patched `model` (a BERT dir, the bundled default or a hub id) once.
+
+    Raises:
+        BertTasksError: empty text, a text longer than the model's positions, a head-pruned model, or a
+            model dir that does not load.
+    """
+    if not text.strip():
+        raise BertTasksError("the text is empty; give at least one word to draw attention for")
+    tokenizer = load_tokenizer(model)
+    encoder = load_model(model, "base").eval()
+    if getattr(encoder.config, "pruned_heads", None):
+        raise BertTasksError(
+            f"model {model}: has pruned heads; attention maps need every head of every layer"
+        )
+    inputs = tokenizer(text, return_tensors="pt")  # input_ids [1, T]
+    limit = encoder.config.max_position_embeddings
+    if inputs["input_ids"].shape[1] > limit:
+        raise BertTasksError(
+            f"the text is {inputs['input_ids'].shape[1]} word pieces; model {model} reads at most {limit}"
+        )
+    with torch.inference_mode():
+        attentions = encoder(**inputs, output_attentions=True).attentions  # L x [1, H, T, T]
+    probs = torch.cat(attentions).float()  # [L, H, T, T]
+    tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
+    return AttentionMaps(model=_display_name(model), tokens=tokens, probs=probs)
+
+
+def parse_layer(layer: int | str | None, num_layers: int) -> int | None:
+    """A layer index (0-based; None = the last layer), or None for "all"; out-of-range is a user error."""
+    if layer is None:
+        return num_layers - 1
+    if layer == "all":
+        return None
+    try:
+        index = int(layer)
+    except ValueError:
+        raise BertTasksError(f"layer must be a layer number or 'all', got {layer!r}") from None
+    if not 0 <= index < num_layers:
+        raise BertTasksError(
+            f"layer {index} is out of range: the model has {num_layers} layers (0-{num_layers - 1})"
+        )
+    return index
+
+
+def check_head(head: int | None, num_heads: int) -> None:
+    """Heads are 0-based; out-of-range is a user error."""
+    if head is not None and not 0 <= head < num_heads:
+        raise BertTasksError(
+            f"head {head} is out of range: each layer has {num_heads} heads (0-{num_heads - 1})"
+        )
+
+
+def draw_attention(
+    text: str,
+    model: str | Path = DEFAULT_MODEL,
+    layer: int | str | None = None,
+    head: int | None = None,
+    out: str | Path | None = None,
+) -> tuple[Path, AttentionMaps]:
+    """Write a heatmap PNG of `text`'s attention and return its path with the probabilities.
+
+    `layer` None draws the last layer, "all" every layer; `head` None draws every head of the chosen
+    layer(s). So: one layer + one head -> one large labelled heatmap; one layer -> a grid of its heads;
+    "all" -> a layers x heads overview of small multiples (one head: a column of layers).
+    """
+    maps = attention_maps(text, model)
+    index = parse_layer(layer, maps.num_layers)
+    check_head(head, maps.num_heads)
+    if out is None:
+        which_head = "" if head is None else f"_head{head}"
+        out = f"attention_{'all' if index is None else f'layer{index}'}{which_head}.png"
+    heads = list(range(maps.num_heads)) if head is None else [head]
+    layers = list(range(maps.num_layers)) if index is None else [index]
+    probs = maps.probs[layers][:, heads].numpy()  # [L', H', T, T]
+    if len(layers) == 1 and len(heads) == 1:
+        title = f"{maps.model} | layer {index} | head {head}"
+        return plot_attention_head(probs[0, 0], maps.tokens, title, out), maps
+    which = "all layers" if index is None else f"layer {index}"
+    title = f"{maps.model} | {which} | {'all heads' if head is None else f'head {head}'}"
+    if index is None:  # layers as rows, heads as columns
+        titles = [f"head {h}" if row == 0 else "" for row in range(len(layers)) for h in heads]
+        path = plot_attention_grid(
+            probs.reshape(-1, *probs.shape[2:]),  # [L * H', T, T]
+            maps.tokens,
+            title,
+            out,
+            ncols=len(heads),
+            panel_titles=titles,
+            row_labels=[f"layer {lay}" for lay in layers],
+        )
+        return path, maps
+    ncols = min(len(heads), _HEADS_PER_ROW)
+    path = plot_attention_grid(probs[0], maps.tokens, title, out, ncols, [f"head {h}" for h in heads])
+    return path, maps
+
+
+def _display_name(model: str | Path) -> str:
+    """A short name for titles: the checkpoint name, or the directory's name for a path."""
+    name = str(model)
+    return Path(name).name if Path(name).expanduser().exists() else name
