@@ -30,6 +30,7 @@ def save_checkpoint(accelerator: Accelerator, output_dir: Path, step: int, run_s
         shutil.rmtree(partial, ignore_errors=True)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(partial))
+    accelerator.wait_for_everyone()  # every process writes its RNG state there: all must finish first
     if accelerator.is_main_process:
         (partial / RUN_STATE).write_text(json.dumps(run_state))
         os.replace(partial, final)

@@ -59,11 +59,14 @@ def train(cfg: Config) -> Path:
             f"metric_for_best={metric_name!r} is not a {task.name} metric; "
             f"choose one of {', '.join(task.metric_names)}"
         )
-    output_dir = _prepare_output_dir(cfg)
     accelerator = Accelerator(
+        # Without cpu=True, processes launched on a machine with no GPU (`accelerate launch --multi_gpu`,
+        # torchrun) would each train alone on all the data instead of joining one gloo process group.
+        cpu=not torch.accelerator.is_available(),
         mixed_precision=resolve_mixed_precision(cfg.mixed_precision),
         gradient_accumulation_steps=cfg.grad_accum,
     )
+    output_dir = _prepare_output_dir(cfg, accelerator)
     set_seed(cfg.seed)
     if accelerator.is_main_process:
         save_config(cfg, output_dir / "recipe.yaml")
@@ -84,7 +87,9 @@ def train(cfg: Config) -> Path:
         model.activation_checkpointing_enable()
 
     collate = task.collator(tokenizer)
-    train_batches = train_loader(encoded["train"], collate, cfg.batch_size, cfg.seed)
+    train_batches = train_loader(
+        encoded["train"], collate, cfg.batch_size, cfg.seed, accelerator.num_processes
+    )
     eval_batches = (
         eval_loader(encoded["validation"], collate, cfg.eval_batch_size) if "validation" in encoded else None
     )
@@ -152,7 +157,8 @@ def train(cfg: Config) -> Path:
                     "epoch": round(state.global_step / updates_per_epoch, 3),
                     "loss": round(mean_loss, 5),
                     "lr": scheduler.get_last_lr()[0],
-                    "grad_norm": round(float(grad_norm), 4),
+                    # None under DeepSpeed until its engine has computed a norm (it clips by itself).
+                    "grad_norm": None if grad_norm is None else round(float(grad_norm), 4),
                     "examples_per_s": round(examples / elapsed, 1),
                 }
                 progress.set_postfix(
@@ -206,6 +212,7 @@ def _finish(
     unwrapped = accelerator.unwrap_model(model)
     if state.best_step is not None:
         unwrapped.load_state_dict(load_file(best_dir / "model.safetensors"))
+        accelerator.wait_for_everyone()  # every process has read best/ before the main one deletes it
     metrics: dict[str, Any] = {"best_step": state.best_step, "metric_for_best": metric_name}
     if state.best_scores is not None:
         metrics["validation"] = state.best_scores  # scored when it was the best; no second pass
@@ -287,8 +294,12 @@ def _inference_policy(cfg: Config) -> dict[str, Any]:
     }
 
 
-def _prepare_output_dir(cfg: Config) -> Path:
-    """Refuse to mix two runs in one directory; delete nothing but a previous run, and only on `overwrite`."""
+def _prepare_output_dir(cfg: Config, accelerator: Accelerator) -> Path:
+    """Refuse to mix two runs in one directory; delete nothing but a previous run, and only on `overwrite`.
+
+    Every process checks (so all of them stop with the same error), then only the main one deletes and
+    creates: several processes deleting one tree race each other.
+    """
     output_dir = Path(cfg.output_dir or f"runs/{cfg.task}")
     if cfg.resume:
         if latest_checkpoint(output_dir) is None:
@@ -297,19 +308,23 @@ def _prepare_output_dir(cfg: Config) -> Path:
                 "runs write them with save_every=N"
             )
         return output_dir
-    if output_dir.exists() and any(output_dir.iterdir()):
-        if not cfg.overwrite:
-            raise BertTasksError(
-                f"output_dir {output_dir} is not empty; pass --overwrite to replace it, "
-                "--resume to continue its run, or choose another output_dir"
-            )
-        if not any((output_dir / name).exists() for name in RUN_FILES):
-            raise BertTasksError(
-                f"output_dir {output_dir} is not a bert-tasks run (no {', '.join(RUN_FILES)}); "
-                "refusing to delete it, choose another output_dir"
-            )
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    replace = output_dir.exists() and any(output_dir.iterdir())
+    if replace and not cfg.overwrite:
+        raise BertTasksError(
+            f"output_dir {output_dir} is not empty; pass --overwrite to replace it, "
+            "--resume to continue its run, or choose another output_dir"
+        )
+    if replace and not any((output_dir / name).exists() for name in RUN_FILES):
+        raise BertTasksError(
+            f"output_dir {output_dir} is not a bert-tasks run (no {', '.join(RUN_FILES)}); "
+            "refusing to delete it, choose another output_dir"
+        )
+    accelerator.wait_for_everyone()  # every process has looked before the main one changes anything
+    if accelerator.is_main_process:
+        if replace:
+            shutil.rmtree(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+    accelerator.wait_for_everyone()
     return output_dir
 
 
@@ -317,9 +332,13 @@ def _resume(accelerator: Accelerator, output_dir: Path) -> RunState:
     """Restore model, optimizer, scheduler, RNG states and the loop's own state from the newest checkpoint."""
     checkpoint = latest_checkpoint(output_dir)
     accelerator.load_state(str(checkpoint))
+    state = RunState(**load_run_state(checkpoint))
     if accelerator.is_main_process:
         print(f"resuming from {checkpoint}")
-    return RunState(**load_run_state(checkpoint))
+        # The log may hold records written after the checkpoint; the resumed run writes them again.
+        records = "".join(json.dumps(record) + "\n" for record in state.history)
+        (output_dir / "train_log.jsonl").write_text(records)
+    return state
 
 
 def _append_log(accelerator: Accelerator, path: Path, record: dict[str, Any], state: RunState) -> None:

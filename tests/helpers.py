@@ -64,14 +64,15 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def build_tiny_model(directory: Path) -> Path:
+def build_tiny_model(directory: Path, **config: object) -> Path:
     """Save a random 2-layer BERT with the bundled tokenizer: a model dir `model=<dir>` accepts anywhere.
 
-    The weights are seeded, so every test session predicts the same labels and entities.
+    The weights are seeded, so every test session predicts the same labels and entities; `config`
+    overrides `tiny_bert_config` (e.g. no dropout, for runs that must match to the last digit).
     """
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        BertModel(tiny_bert_config()).save_pretrained(directory)
+        BertModel(tiny_bert_config(**config)).save_pretrained(directory)
     AutoTokenizer.from_pretrained(bundled_model_dir()).save_pretrained(directory)
     return directory
 

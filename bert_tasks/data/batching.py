@@ -61,9 +61,18 @@ class EpochLengthGroupedSampler(LengthGroupedSampler):
         self.generator.manual_seed(self.seed + epoch)
 
 
-def train_loader(encoded: Dataset, collate: Collate, batch_size: int, seed: int) -> DataLoader:
-    """Shuffled batches of similar-length rows: little padding, yet a different mix every epoch."""
-    sampler = EpochLengthGroupedSampler(batch_size, [len(ids) for ids in encoded["input_ids"]], seed)
+def train_loader(
+    encoded: Dataset, collate: Collate, batch_size: int, seed: int, processes: int = 1
+) -> DataLoader:
+    """Shuffled batches of similar-length rows: little padding, yet a different mix every epoch.
+
+    Rows are grouped by the global batch (`batch_size` on each of `processes`; Accelerate hands each
+    process its slice of it). transformers' sampler sizes its length groups from the batch size it is
+    given, so grouping by the per-device batch would make the rows of an update depend on the number of
+    processes; this way N processes train on what one process with N times the batch would.
+    """
+    lengths = [len(ids) for ids in encoded["input_ids"]]
+    sampler = EpochLengthGroupedSampler(batch_size * processes, lengths, seed)
     return _loader(encoded, collate, batch_size, sampler)
 
 

@@ -1,0 +1,253 @@
+"""Two processes under `accelerate launch` (gloo on CPU) train like one: the multi-GPU path, tested on CPU.
+
+Each launch starts two interpreters (several seconds of imports on two cores), so the module launches
+three runs and checks everything against them: a sentiment run with gradient accumulation, mid-run
+checkpoints and uneven evaluation shards; its resumption; and an NER run through `-m bert_tasks`, as
+users type it. The tiny model has no dropout here, so one process with the same global batch (twice
+the per-device batch) must reach the same numbers. Accelerate's example configs in recipes/accelerate/
+are checked with Accelerate's own loader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
+from accelerate.commands.launch import launch_command_parser
+from datasets import Dataset
+from safetensors.torch import load_file
+
+from bert_tasks.data.batching import train_loader
+from bert_tasks.training import train
+from tests.helpers import (
+    DATA,
+    build_tiny_model,
+    fast_overrides,
+    one_thread,
+    read_conll,
+    read_log,
+    tiny_config,
+    train_steps,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).with_name("distributed_train.py")
+ACCELERATE_CONFIGS = sorted((ROOT / "recipes" / "accelerate").glob("*.yaml"))
+#: `--multi_gpu` is Accelerate's "several local processes"; without GPUs they join a gloo group on CPU.
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+LAUNCH += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+#: 40 rows, per-device batch 2 x 2 processes x accum 2 = 8 rows per update (5 per epoch); 7 updates cross
+#: an epoch, checkpoints land at 3 and 6, and eval batches of 5 split the 12 validation rows unevenly.
+SENTIMENT = {"max_steps": 7, "save_every": 3, "grad_accum": 2, "eval_batch_size": 5}
+#: 30 sentences in batches of 3 per device: 5 updates of 6 sentences, no shard padded with repeats.
+NER = {"eval_batch_size": 3}
+
+
+def launch(*args: object) -> str:
+    """Run `accelerate launch` with two CPU processes and return its stdout; fail with its output."""
+    command = [*LAUNCH, "--main_process_port", str(_free_port()), *map(str, args)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("distributed")
+
+
+@pytest.fixture(scope="module")
+def model_dir(runs: Path) -> Path:
+    """The tiny BERT without dropout: each process would draw different masks from the one process."""
+    return build_tiny_model(runs / "tiny-bert", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+@pytest.fixture(scope="module")
+def sentiment_two(model_dir: Path, runs: Path) -> tuple[Path, str]:
+    """Two processes, per-device batch 2: (output dir, stdout)."""
+    out = runs / "sentiment-two"
+    overrides = fast_overrides("sentiment", model_dir, out, batch_size=2, **SENTIMENT)
+    return out, launch(SCRIPT, "finetune", "sentiment", *overrides)
+
+
+@pytest.fixture(scope="module")
+def sentiment_one(model_dir: Path, runs: Path) -> Path:
+    """One process over the same data with the same global batch (4 x accum 2)."""
+    with one_thread():
+        return train(tiny_config("sentiment", model_dir, runs / "sentiment-one", batch_size=4, **SENTIMENT))
+
+
+@pytest.fixture(scope="module")
+def sentiment_resumed(sentiment_two: tuple[Path, str], model_dir: Path, runs: Path) -> tuple[Path, str]:
+    """The two-process run cut back to its step-3 checkpoint and resumed on two processes."""
+    out = shutil.copytree(sentiment_two[0], runs / "sentiment-resumed")
+    shutil.rmtree(out / "checkpoints" / "step-00000006")
+    for name in ("model.safetensors", "metrics.json", "rank0.safetensors", "rank1.safetensors"):
+        (out / name).unlink()
+    overrides = fast_overrides("sentiment", model_dir, out, batch_size=2, **SENTIMENT)
+    return out, launch(SCRIPT, "finetune", "sentiment", "--resume", *overrides)
+
+
+@pytest.fixture(scope="module")
+def ner_two(model_dir: Path, runs: Path) -> Path:
+    """`accelerate launch -m bert_tasks finetune ner`, exactly as users run it."""
+    out = runs / "ner-two"
+    launch("-m", "bert_tasks", "finetune", "ner", *fast_overrides("ner", model_dir, out, batch_size=3, **NER))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ner_one(model_dir: Path, runs: Path) -> Path:
+    with one_thread():
+        return train(tiny_config("ner", model_dir, runs / "ner-one", batch_size=6, **NER))
+
+
+def validation_scores(run: Path) -> dict[str, float]:
+    """Every number in the run's validation metrics, flattened (pytest.approx compares flat dicts only)."""
+    flat: dict[str, float] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict | list):
+            for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+                walk(f"{prefix}/{key}", item)
+        elif isinstance(value, int | float):
+            flat[prefix] = value
+
+    walk("", json.loads((run / "metrics.json").read_text())["validation"])
+    return flat
+
+
+def test_ranks_end_with_identical_weights(sentiment_two: tuple[Path, str]) -> None:
+    """DDP keeps the replicas equal: same initial head on every rank, same averaged gradients."""
+    out, _ = sentiment_two
+    rank0, rank1 = (load_file(out / f"rank{rank}.safetensors") for rank in range(2))
+    assert rank0.keys() == rank1.keys()
+    for name in rank0:
+        assert torch.equal(rank0[name], rank1[name]), name
+
+
+def test_gradients_are_all_reduced_once_per_update(sentiment_two: tuple[Path, str]) -> None:
+    """grad_accum=2: 14 micro-batches per process, but gradients cross processes only on the 7 updates."""
+    out, _ = sentiment_two
+    for rank in range(2):
+        record = json.loads((out / f"rank{rank}.json").read_text())
+        assert record == {"num_processes": 2, "step": 7, "all_reduces": 7}
+
+
+def test_two_processes_train_like_one_with_the_same_global_batch(
+    sentiment_two: tuple[Path, str], sentiment_one: Path
+) -> None:
+    """Same rows in each update and the same schedule: logs, scores and final weights agree."""
+    out, _ = sentiment_two
+    two, one = read_log(out), read_log(sentiment_one)
+    assert [record["step"] for record in two] == [record["step"] for record in one]
+    for ours, theirs in zip(two, one, strict=True):
+        assert ours.keys() == theirs.keys()
+        for key in ours.keys() - {"examples_per_s"}:
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (ours["step"], key)
+    assert validation_scores(out) == pytest.approx(validation_scores(sentiment_one))
+    expected, actual = load_file(sentiment_one / "model.safetensors"), load_file(out / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_every_validation_row_is_scored_once(sentiment_two: tuple[Path, str]) -> None:
+    """12 rows in batches of 5 over 2 ranks: Accelerate pads rank 1 with repeats; none of them counts."""
+    rows = len(DATA["sentiment"][1].read_text().splitlines())
+    scores = validation_scores(sentiment_two[0])
+    assert sum(value for key, value in scores.items() if key.startswith("/confusion_matrix/")) == rows == 12
+
+
+def test_only_the_main_process_prints_logs_and_saves(sentiment_two: tuple[Path, str]) -> None:
+    """One start line (per-device, accumulation and effective batch), one log record per update, and
+    checkpoints holding every process's RNG state."""
+    out, stdout = sentiment_two
+    assert stdout.count("bert-tasks finetune sentiment:") == 1
+    assert "2 process(es)" in stdout
+    assert "batch 2 per device x accum 2 = effective 8" in stdout
+    assert stdout.count("model saved to") == 1
+    assert train_steps(out) == list(range(1, 8))
+    checkpoints = sorted((out / "checkpoints").iterdir())
+    assert [path.name for path in checkpoints] == ["step-00000003", "step-00000006"]
+    for checkpoint in checkpoints:
+        assert {"random_states_0.pkl", "random_states_1.pkl"} <= {path.name for path in checkpoint.iterdir()}
+
+
+def test_resumed_two_process_run_ends_where_the_uninterrupted_one_did(
+    sentiment_two: tuple[Path, str], sentiment_resumed: tuple[Path, str]
+) -> None:
+    """Resume from step 3 (mid-epoch, then across the epoch boundary): every rank reaches the same weights."""
+    resumed, stdout = sentiment_resumed
+    assert stdout.count("resuming from") == 1
+    for rank in range(2):
+        expected = load_file(sentiment_two[0] / f"rank{rank}.safetensors")
+        actual = load_file(resumed / f"rank{rank}.safetensors")
+        for name in expected:
+            torch.testing.assert_close(actual[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    assert validation_scores(resumed) == pytest.approx(validation_scores(sentiment_two[0]))
+
+
+def test_ner_under_accelerate_launch_counts_each_entity_once(ner_two: Path, ner_one: Path) -> None:
+    """Token logits padded with -100 across ranks, gathered without repeats: the gold entity counts per
+    type are exact, and scores stay close to one process (per-rank token means weight the loss a little
+    differently, so only approximately)."""
+    gold = Counter(
+        tag[2:] for sentence in read_conll(DATA["ner"][1]) for _, tag in sentence if tag.startswith("B-")
+    )
+    two, one = validation_scores(ner_two), validation_scores(ner_one)
+    per_type = json.loads((ner_two / "metrics.json").read_text())["validation"]["per_type"]
+    assert {name: row["support"] for name, row in per_type.items()} == gold
+    for key in ("/precision", "/recall", "/f1"):
+        assert two[key] == pytest.approx(one[key], abs=0.05)
+    losses = [[record["loss"] for record in read_log(run) if "loss" in record] for run in (ner_two, ner_one)]
+    assert len(losses[0]) == len(losses[1]) == 5
+    assert losses[0] == pytest.approx(losses[1], rel=0.01)
+
+
+def test_length_groups_follow_the_global_batch() -> None:
+    """Per-device batches of 2 on 2 processes hold, update by update, the rows of one process's batch of 4."""
+    lengths = [(7 * i) % 23 + 1 for i in range(40)]
+    encoded = Dataset.from_dict({"input_ids": [[1] * length for length in lengths]})
+
+    def rows(batch_size: int, processes: int) -> list[list[int]]:
+        loader = train_loader(encoded, lambda features: {}, batch_size, seed=3, processes=processes)
+        return [batch["row"].tolist() for batch in loader]
+
+    two, one = rows(2, processes=2), rows(4, processes=1)
+    assert [two[i] + two[i + 1] for i in range(0, len(two), 2)] == one
+
+
+@pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=[path.name for path in ACCELERATE_CONFIGS])
+def test_accelerate_config_loads_and_names_its_command(path: Path) -> None:
+    """Accelerate's own loader reads it, every nested key is a launch option, it opens with its command."""
+    config = load_config_from_file(str(path))
+    assert isinstance(config, ClusterConfig)
+    options = {action.dest for action in launch_command_parser()._actions}
+    nested = [*config.deepspeed_config, *config.fsdp_config]
+    assert set(nested) <= options, set(nested) - options
+    header = path.read_text().split("\ncompute_environment:")[0]
+    assert f"accelerate launch --config_file recipes/accelerate/{path.name} -m bert_tasks finetune" in header
+
+
+def test_accelerate_configs_cover_ddp_fsdp_and_zero2_outside_the_recipe_glob() -> None:
+    """The three documented set-ups exist, and test_recipes (recipes/*.yaml) does not read them as recipes."""
+    kinds = {load_config_from_file(str(path)).distributed_type.value for path in ACCELERATE_CONFIGS}
+    assert kinds == {"MULTI_GPU", "FSDP", "DEEPSPEED"}
+    assert not set(ACCELERATE_CONFIGS) & set((ROOT / "recipes").glob("*.yaml"))
