@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from datasets import Dataset
 from safetensors.torch import load_file
@@ -59,6 +60,9 @@ def train(cfg: Config) -> Path:
             f"metric_for_best={metric_name!r} is not a {task.name} metric; "
             f"choose one of {', '.join(task.metric_names)}"
         )
+    # Accelerate keeps one process-wide state; a second train() in the same process (a sweep, a notebook,
+    # the test suite) with another mixed_precision would be refused. Reset it, keeping the process group.
+    AcceleratorState._reset_state(reset_partial_state=False)
     accelerator = Accelerator(
         # Without cpu=True, processes launched on a machine with no GPU (`accelerate launch --multi_gpu`,
         # torchrun) would each train alone on all the data instead of joining one gloo process group.

@@ -275,3 +275,12 @@ def test_runs_are_reproducible(tiny_model: Path, tmp_path: Path) -> None:
     assert losses[0] == losses[1]
     a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
     torch.testing.assert_close(a, b)
+
+
+def test_two_runs_with_different_precision_in_one_process(tiny_model: Path, tmp_path: Path) -> None:
+    """A sweep or a notebook calls train() again with other settings; Accelerate's state must allow it."""
+    for precision in ("no", "bf16"):
+        out = train(
+            tiny_config("sentiment", tiny_model, tmp_path / precision, max_steps=1, mixed_precision=precision)
+        )
+        assert load_recipe(out / "recipe.yaml").mixed_precision == precision
