@@ -15,5 +15,7 @@ run finetune_sentiment python bench/finetune_sentiment.py
 run finetune_sentiment_quality python bench/finetune_sentiment.py --quality --output-dir runs/sentiment_sst2
 run finetune_ner_bc5cdr python bench/finetune_ner.py --corpus bc5cdr --output-dir runs/ner_bc5cdr
 run predict_speed python bench/predict_speed.py --sentiment-model runs/sentiment_sst2 --ner-model runs/ner_bc5cdr
+run precision python bench/precision.py --sentiment-model runs/sentiment_sst2 --sentiment-data ../shared/data/sst2/dev.tsv \
+  --ner-model runs/ner_bc5cdr --ner-data ../shared/data/bc5cdr/test.tsv
 run finetune_ner_ncbi_disease python bench/finetune_ner.py --corpus ncbi_disease
 run finetune_ner_conll2003 python bench/finetune_ner.py --corpus conll2003

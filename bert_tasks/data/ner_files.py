@@ -22,6 +22,7 @@ import regex
 from datasets import ClassLabel, Dataset
 
 from bert_tasks.data.files import json_records, read_utf8
+from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -288,17 +289,6 @@ def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
     return Dataset.from_dict(columns)
 
 
-def hub_split_names(dataset_id: str) -> list[str]:
-    """The splits a Hub dataset (`path/config`) has, so a dataset without a test split still loads."""
-    from datasets import get_dataset_split_names  # deferred: only the online path needs the Hub machinery
-
-    hub_path, _, config_name = dataset_id.partition("/")
-    try:
-        return list(get_dataset_split_names(hub_path, config_name or None))
-    except (FileNotFoundError, ValueError, ConnectionError) as e:
-        raise BertTasksError(f"dataset={dataset_id}: cannot list its splits ({e}); check the id") from e
-
-
 def read_hub_ner(
     dataset_id: str, split: str, tokens_column: str = "tokens", tag_column: str = "ner_tags"
 ) -> Dataset:
@@ -306,20 +296,8 @@ def read_hub_ner(
 
     ClassLabel tag ids are mapped to their names, so the saved model gets real names in `id2label`.
     """
-    from datasets import load_dataset  # deferred: only this online path needs the Hub machinery
-
-    hub_path, _, config_name = dataset_id.partition("/")
     where = f"dataset={dataset_id} ({split})"
-    try:
-        data = load_dataset(hub_path, config_name or None, split=split)
-    except (FileNotFoundError, ValueError, ConnectionError) as e:
-        raise BertTasksError(f"{where}: cannot load ({e}); check the id and split") from e
-    missing = [c for c in (tokens_column, tag_column) if c not in data.column_names]
-    if missing:
-        raise BertTasksError(
-            f"{where}: no column {', '.join(missing)} (has {', '.join(data.column_names)}); "
-            "set tokens_column/tag_column"
-        )
+    data = load_hub_split(dataset_id, split, (tokens_column, tag_column), "tokens_column/tag_column")
     feature = getattr(data.features[tag_column], "feature", None)
     names = feature.names if isinstance(feature, ClassLabel) else None
     repairs = _RepairLog(Path(where))

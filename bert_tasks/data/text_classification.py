@@ -16,6 +16,7 @@ from typing import Any
 from datasets import ClassLabel, Dataset
 
 from bert_tasks.data.files import json_records, read_utf8
+from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".json")
@@ -63,19 +64,7 @@ def read_hub_text_classification(dataset_id: str, split: str, text_column: str, 
     ClassLabel integers are mapped to their names, so labels read from the hub look like labels read
     from files and the saved model gets real names in its `id2label`.
     """
-    from datasets import load_dataset  # deferred: only this online path needs the hub machinery
-
-    hub_path, _, config_name = dataset_id.partition("/")
-    try:
-        ds = load_dataset(hub_path, config_name or None, split=split)
-    except (FileNotFoundError, ValueError, ConnectionError) as e:
-        raise BertTasksError(f"dataset={dataset_id}: cannot load split '{split}' ({e}); check the id") from e
-    missing = [c for c in (text_column, label_column) if c not in ds.column_names]
-    if missing:
-        raise BertTasksError(
-            f"dataset={dataset_id} ({split}): no column {', '.join(missing)}; "
-            f"found {', '.join(ds.column_names)}; set text_column/label_column"
-        )
+    ds = load_hub_split(dataset_id, split, (text_column, label_column), "text_column/label_column")
     feature = ds.features[label_column]
     if isinstance(feature, ClassLabel) and min(ds[label_column], default=0) < 0:
         raise BertTasksError(

@@ -24,7 +24,8 @@ from datasets import Dataset, DatasetDict
 from seqeval.metrics.sequence_labeling import get_entities
 from transformers import BatchEncoding, BertForTokenClassification, DataCollatorForTokenClassification
 
-from bert_tasks.data.ner_files import hub_split_names, read_hub_ner, read_ner_file, texts_to_dataset
+from bert_tasks.data.hub import hub_split_names
+from bert_tasks.data.ner_files import read_hub_ner, read_ner_file, texts_to_dataset
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.base import Task, score_table
 
