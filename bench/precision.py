@@ -22,9 +22,8 @@ from typing import Any
 
 import datasets
 import transformers
-from datasets import Dataset
 
-from bert_tasks.config import load_recipe
+from bert_tasks.evaluation import read_labelled_file
 from bert_tasks.predict import Predictor
 
 #: name -> Predictor options.
@@ -36,19 +35,11 @@ PRECISIONS: dict[str, dict[str, Any]] = {
 METRIC = {"sentiment": "accuracy", "ner": "f1"}
 
 
-def read_held_out(model_dir: Path, data: str, task: str) -> Dataset:
-    """The labelled file, read with the reader settings of the recipe saved with the model."""
-    overrides = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
-    cfg = load_recipe(model_dir / "recipe.yaml", [*overrides, f"test_file={data}"], task)
-    predictor = Predictor(model_dir, mixed_precision="no")
-    return predictor.task.read(cfg)["test"]
-
-
 def bench_task(task: str, model_dir: Path, data: str, repeats: int) -> list[dict[str, Any]]:
-    raw = read_held_out(model_dir, data, task)
     predictors = {
         name: Predictor(model_dir, batch_size=64, **options) for name, options in PRECISIONS.items()
     }
+    raw = read_labelled_file(predictors["fp32"], model_dir, data)
     tokenizer = predictors["fp32"].tokenizer
     column = "text" if task == "sentiment" else "tokens"
     tokens = sum(

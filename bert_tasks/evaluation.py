@@ -7,8 +7,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from datasets import Dataset
+
 from bert_tasks.config import load_recipe
-from bert_tasks.predict import PREDICTORS
+from bert_tasks.predict import PREDICTORS, Predictor
+
+
+def read_labelled_file(
+    predictor: Predictor, model_dir: str | Path, data_file: str, overrides: Sequence[str] = ()
+) -> Dataset:
+    """Read `data_file` with the reader settings of the recipe saved with the model, plus `overrides`."""
+    recipe = Path(model_dir) / "recipe.yaml"
+    data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
+    cfg = load_recipe(
+        recipe if recipe.is_file() else None,
+        [*data_only, *overrides, f"test_file={data_file}"],
+        predictor.task.name,
+    )
+    return predictor.task.read(cfg)["test"]
 
 
 def evaluate_file(
@@ -28,12 +44,7 @@ def evaluate_file(
     quantized model, to see what quantization costs.
     """
     predictor = PREDICTORS[task](model_dir, quantize=quantize)
-    recipe = Path(model_dir) / "recipe.yaml"
-    data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
-    cfg = load_recipe(
-        recipe if recipe.is_file() else None, [*data_only, *overrides, f"test_file={data_file}"], task
-    )
-    raw = predictor.task.read(cfg)["test"]
+    raw = read_labelled_file(predictor, model_dir, data_file, overrides)
     metrics = predictor.evaluate(raw)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

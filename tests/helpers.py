@@ -159,3 +159,13 @@ def tiny_bert_config(**overrides: object) -> BertConfig:
     }
     settings.update(overrides)
     return BertConfig(**settings)
+
+
+def write_file(tmp_path: Path, name: str, content: str | bytes) -> Path:
+    """A file in `tmp_path` with exactly these bytes (or this text as UTF-8): readers' bad-input cases."""
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path

@@ -17,17 +17,9 @@ from bert_tasks.data.ner_files import (
     words_with_offsets,
 )
 from bert_tasks.errors import BertTasksError
+from tests.helpers import write_file as write
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
-    path = tmp_path / name
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-    return path
 
 
 def test_conll_tab_file_whitespace_separator_and_bio_repair(caplog):

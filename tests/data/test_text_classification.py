@@ -9,17 +9,9 @@ import pytest
 
 from bert_tasks.data.text_classification import read_text_classification
 from bert_tasks.errors import BertTasksError
+from tests.helpers import write_file as write
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
-    path = tmp_path / name
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-    return path
 
 
 def test_glue_tsv_keeps_quotes_and_skips_blank_lines() -> None:
