@@ -20,7 +20,12 @@ from torch import nn
 from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertSelfAttention
 
+from bert_tasks.modeling.dropout import FastDropout
+
 _PROJECTIONS = ("query", "key", "value")
+#: From this many keys on, CPU training without attention dropout uses SDPA's flash kernel; below it the
+#: math path is faster (measured in BENCHMARKS.md: the flash backward dominates short sequences).
+_CPU_FLASH_MIN_KEYS = 256
 
 
 def _as_sdpa_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -62,7 +67,7 @@ class FusedBertSelfAttention(BertSelfAttention):
         self.qkv = nn.Linear(config.hidden_size, 3 * self.all_head_size)
         # Kept as a module (not a float) so `model.eval()` / `.train()` and configs that tweak
         # `attention.self.dropout.p` behave exactly as with stock transformers.
-        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.dropout = FastDropout(config.attention_probs_dropout_prob)
         self.is_decoder = config.is_decoder
         self.is_causal = is_causal
         self.layer_idx = layer_idx
@@ -117,6 +122,9 @@ class FusedBertSelfAttention(BertSelfAttention):
 
         if kwargs.get("output_attentions", False):
             context, probs = self._attend_with_probs(query, key, value, mask, is_causal)
+        elif self._math_is_faster(query, key.shape[-2]):
+            context, _ = self._attend_with_probs(query, key, value, mask, is_causal)
+            probs = None
         else:
             context = F.scaled_dot_product_attention(
                 query,
@@ -132,6 +140,14 @@ class FusedBertSelfAttention(BertSelfAttention):
         context = context.transpose(1, 2).reshape(batch, seq_len, -1)  # [B, T, H * D]
         return context, probs
 
+    def _math_is_faster(self, query: torch.Tensor, keys: int) -> bool:
+        """CPU training: SDPA's CPU kernels have no dropout (it falls back to a math path drawing a
+        Bernoulli sample per probability) and its flash backward is slow on short sequences; the math
+        path below with `FastDropout` is faster there. Long inputs without dropout keep flash (memory)."""
+        if not self.training or query.device.type != "cpu" or not torch.is_grad_enabled():
+            return False
+        return self.dropout.p > 0.0 or keys < _CPU_FLASH_MIN_KEYS
+
     def _attend_with_probs(
         self,
         query: torch.Tensor,
@@ -140,7 +156,8 @@ class FusedBertSelfAttention(BertSelfAttention):
         mask: torch.Tensor | None,
         is_causal: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The math path: same ops, same order as transformers' `eager_attention_forward`."""
+        """The math path: same ops, same order as transformers' `eager_attention_forward`; dropout on the
+        probabilities in training (`FastDropout`), the returned probabilities are the undropped ones."""
         scores = torch.matmul(query, key.transpose(2, 3)) * self.scaling  # [B, H, T, S]
         if is_causal:
             seq_len, kv_len = scores.shape[-2:]

@@ -1,8 +1,9 @@
 """patch_bert: the only code that touches transformers' BERT internals.
 
 It swaps every `BertSelfAttention` of a model for `FusedBertSelfAttention` in place, carrying over the
-weights, mode, dtype, device and any forward hooks transformers already installed (output capturing), and
-gives the model a `prune_heads` that works on the fused projection. Cross-attention is left alone.
+weights, mode, dtype, device and any forward hooks transformers already installed (output capturing),
+swaps every `nn.Dropout` for `FastDropout` (same p and mode, cheaper random numbers on CPU), and gives the
+model a `prune_heads` that works on the fused projection. Cross-attention is left alone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from transformers.pytorch_utils import prune_linear_layer
 
 from bert_tasks.errors import BertTasksError
 from bert_tasks.modeling.attention import FusedBertSelfAttention
+from bert_tasks.modeling.dropout import FastDropout
 
 
 def patch_bert(model: nn.Module) -> nn.Module:
@@ -38,8 +40,17 @@ def patch_bert(model: nn.Module) -> nn.Module:
     for attention in attentions:
         if type(attention.self) is BertSelfAttention:
             attention.self = FusedBertSelfAttention.from_stock(attention.self)
+    _swap_dropouts(model)
     model.prune_heads = MethodType(prune_heads, model)
     return model
+
+
+def _swap_dropouts(model: nn.Module) -> None:
+    """Replace each plain `nn.Dropout` (embeddings, residual branches, the head) by `FastDropout`."""
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if type(child) is nn.Dropout:
+                setattr(parent, name, FastDropout.from_stock(child))
 
 
 def is_patched(model: nn.Module) -> bool:
