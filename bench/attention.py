@@ -1,9 +1,13 @@
 """Benchmark: bert-tasks' fused attention against stock transformers BERT (eager and sdpa), one run.
 
 For each sequence length, dtype (fp32, bf16 autocast) and mode (inference forward; training forward +
-backward + AdamW step with the model's dropout), the implementations run interleaved over several
+backward + fused AdamW step with the model's dropout), the implementations run interleaved over several
 repeats on the same padded batches (~30% padding), and the table reports the median real-token
-throughput, the ratio to HF sdpa, and the peak tensor memory of one step.
+throughput, the ratio to HF sdpa, the peak tensor memory of one step, and the model FLOP utilisation:
+real tokens/s x FLOP per token (the issue's 67.4 MFLOP for a training step of the default model at 128
+tokens, a third of it for a forward) over the peak matmul rate of this machine in that dtype, measured
+at start on a 4096^3 GEMM. "bert-tasks attn-drop 0" is bert-tasks trained with `attention_dropout=0`
+(training rows only: inference has no dropout), the setting that lets long inputs use SDPA's flash kernel.
 
     python bench/attention.py                      # default model, batch 32, seq 128 and 512
     python bench/attention.py --seq-lens 128 --repeats 5 --json bench/results/attention.json
@@ -25,14 +29,22 @@ from transformers import BertForSequenceClassification
 
 from bert_tasks import load_model
 from bert_tasks.modeling.load import resolve_model_path
+from bert_tasks.modeling.patch import set_attention_dropout
 from bert_tasks.profiling import peak_memory_bytes
 
-IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks")
+NO_ATTENTION_DROPOUT = "bert-tasks attn-drop 0"
+IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks", NO_ATTENTION_DROPOUT)
+#: FLOP per real token of the default model (6 layers, 384 wide, 128 tokens): training, and a forward.
+TRAIN_FLOP_PER_TOKEN = 67.4e6
+FORWARD_FLOP_PER_TOKEN = TRAIN_FLOP_PER_TOKEN / 3
 
 
 def build_model(name: str, model_path: str) -> torch.nn.Module:
-    if name == "bert-tasks":
-        return load_model(model_path, "sentiment", ["negative", "positive"])
+    if name.startswith("bert-tasks"):
+        model = load_model(model_path, "sentiment", ["negative", "positive"])
+        if name == NO_ATTENTION_DROPOUT:
+            set_attention_dropout(model, 0.0)
+        return model
     attn = name.removeprefix("hf-")
     return BertForSequenceClassification.from_pretrained(model_path, num_labels=2, attn_implementation=attn)
 
@@ -64,7 +76,7 @@ def make_step(
 
         return step
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
 
     def step() -> None:
         with autocast:
@@ -74,6 +86,21 @@ def make_step(
         optimizer.zero_grad(set_to_none=True)
 
     return step
+
+
+def peak_matmul_flops(dtype: str, size: int = 4096, repeats: int = 5) -> float:
+    """The best FLOP/s of a square GEMM in `dtype` on this machine: the MFU denominator."""
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    a, b = (torch.randn(size, size, dtype=torch_dtype) for _ in range(2))
+    a @ b  # warm-up: oneDNN picks and caches its kernel
+    best = min(_seconds(lambda: a @ b) for _ in range(repeats))
+    return 2 * size**3 / best
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -98,13 +125,21 @@ def main() -> None:
         f"model {args.model} | batch {args.batch} | torch {torch.__version__} "
         f"| threads {torch.get_num_threads()}"
     )
+    peaks_flops = {dtype: peak_matmul_flops(dtype) for dtype in args.dtypes}
+    print(
+        " | ".join(f"peak {dtype} matmul {flops / 1e12:.3f} TFLOP/s" for dtype, flops in peaks_flops.items())
+    )
     rows = []
     for seq_len in args.seq_lens:
         batch = padded_batch(args.batch, seq_len, vocab, seed=seq_len)
         real_tokens = int(batch["attention_mask"].sum())
         for dtype in args.dtypes:
             for mode in args.modes:
-                steps = {name: make_step(model, mode, dtype, batch) for name, model in models.items()}
+                steps = {
+                    name: make_step(model, mode, dtype, batch)
+                    for name, model in models.items()
+                    if mode == "train" or name != NO_ATTENTION_DROPOUT
+                }
                 for step in steps.values():
                     step()  # warm-up: allocator, oneDNN kernels, optimizer state
                 times: dict[str, list[float]] = {name: [] for name in steps}
@@ -117,6 +152,7 @@ def main() -> None:
                 base = real_tokens / statistics.median(times["hf-sdpa"])
                 for name in steps:
                     tokens_per_s = real_tokens / statistics.median(times[name])
+                    flop_per_token = TRAIN_FLOP_PER_TOKEN if mode == "train" else FORWARD_FLOP_PER_TOKEN
                     row = {
                         "seq_len": seq_len,
                         "dtype": dtype,
@@ -125,11 +161,12 @@ def main() -> None:
                         "tokens_per_s": round(tokens_per_s, 1),
                         "vs_hf_sdpa": round(tokens_per_s / base, 3),
                         "peak_mib": round(peaks[name] / 2**20, 1),
+                        "mfu": round(tokens_per_s * flop_per_token / peaks_flops[dtype], 3),
                     }
                     rows.append(row)
                     print(
                         f"| {seq_len} | {dtype} | {mode} | {name} | {row['tokens_per_s']:.0f} | "
-                        f"{row['vs_hf_sdpa']:.2f}x | {row['peak_mib']:.0f} |",
+                        f"{row['vs_hf_sdpa']:.2f}x | {row['peak_mib']:.0f} | {row['mfu']:.0%} |",
                         flush=True,
                     )
     if args.json:
