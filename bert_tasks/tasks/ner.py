@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from datasets import Dataset, DatasetDict
+from datasets.fingerprint import generate_random_fingerprint
 from seqeval.metrics.sequence_labeling import get_entities
 from transformers import BatchEncoding, BertForTokenClassification, DataCollatorForTokenClassification
 
@@ -297,7 +298,12 @@ class NerTask(Task):
             return out
 
         return raw.map(
-            windows, batched=True, with_indices=True, remove_columns=raw.column_names, desc="Tokenizing NER"
+            windows,
+            batched=True,
+            with_indices=True,
+            remove_columns=raw.column_names,
+            desc="Tokenizing NER",
+            new_fingerprint=generate_random_fingerprint(),  # not a hash of `windows` and its tokenizer
         )
 
     @staticmethod

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from datasets import Dataset, DatasetDict
+from datasets.fingerprint import generate_random_fingerprint
 from scipy.special import softmax
 from transformers import BertForSequenceClassification, DataCollatorWithPadding, PreTrainedTokenizerBase
 
@@ -117,7 +118,15 @@ class SentimentTask(Task):
                 enc["labels"] = [label2id[batch["label"][row]] for row in source_rows]
             return dict(enc)
 
-        return raw.map(windows, batched=True, with_indices=True, remove_columns=raw.column_names)
+        # A fresh fingerprint: datasets would otherwise pickle `windows`, tokenizer and all, to hash it
+        # (about 1 s a call, the cost of predicting on hundreds of texts).
+        return raw.map(
+            windows,
+            batched=True,
+            with_indices=True,
+            remove_columns=raw.column_names,
+            new_fingerprint=generate_random_fingerprint(),
+        )
 
     def collator(
         self, tokenizer: PreTrainedTokenizerBase
