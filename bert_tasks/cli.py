@@ -1,7 +1,7 @@
 """The `bert-tasks` command: argument parsing and dispatch only.
 
 Every user mistake surfaces as a BertTasksError: printed as one line, exit status 1, with the traceback
-only under --debug.
+only under --debug. Ctrl-C exits with status 130 (finetune first writes a checkpoint to resume from).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"bert-tasks: error: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("bert-tasks: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # finetune's says where its checkpoint is and how to resume
+        print(f"bert-tasks: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         return 130
     return 0
 

@@ -64,9 +64,12 @@ class Config:
     max_grad_norm: float = 1.0
     mixed_precision: str = "auto"
     gradient_checkpointing: bool = False
+    attention_dropout: float | None = None
     seed: int = 42
     eval_every: int = 0
     save_every: int = 0
+    save_each_epoch: bool = False
+    keep_checkpoints: int = 2
     logging_steps: int = 20
     early_stopping_patience: int = 0
     metric_for_best: str | None = None
@@ -312,8 +315,14 @@ def _validate(cfg: Config) -> None:
         ("weight_decay", cfg.weight_decay >= 0, ">= 0"),
         ("max_grad_norm", cfg.max_grad_norm >= 0, ">= 0 (0 = no clipping)"),
         ("logging_steps", cfg.logging_steps >= 1, ">= 1"),
+        (
+            "attention_dropout",
+            cfg.attention_dropout is None or 0.0 <= cfg.attention_dropout < 1.0,
+            "in [0, 1) or none (keep the model's)",
+        ),
         ("eval_every", cfg.eval_every >= 0, ">= 0 (0 = end of each epoch)"),
         ("save_every", cfg.save_every >= 0, ">= 0 (0 = off)"),
+        ("keep_checkpoints", cfg.keep_checkpoints >= 1, ">= 1 (the newest checkpoints kept)"),
         ("early_stopping_patience", cfg.early_stopping_patience >= 0, ">= 0 (0 = off)"),
         ("max_train_samples", cfg.max_train_samples is None or cfg.max_train_samples >= 1, ">= 1 or none"),
         ("max_eval_samples", cfg.max_eval_samples is None or cfg.max_eval_samples >= 1, ">= 1 or none"),

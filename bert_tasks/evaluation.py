@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
 
 from bert_tasks.config import load_recipe
+from bert_tasks.errors import BertTasksError
 from bert_tasks.predict import PREDICTORS, Predictor
 
 
 def read_labelled_file(
     predictor: Predictor, model_dir: str | Path, data_file: str, overrides: Sequence[str] = ()
 ) -> Dataset:
-    """Read `data_file` with the reader settings of the recipe saved with the model, plus `overrides`."""
+    """Read `data_file` with the reader settings of the recipe saved with the model, plus `overrides`.
+
+    Raises:
+        BertTasksError: The file is unreadable, or holds a label the model cannot predict (it would
+            only be scored as a miss, or break the metric).
+    """
     recipe = Path(model_dir) / "recipe.yaml"
     data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
     cfg = load_recipe(
@@ -24,7 +31,16 @@ def read_labelled_file(
         [*data_only, *overrides, f"test_file={data_file}"],
         predictor.task.name,
     )
-    return predictor.task.read(cfg)["test"]
+    raw = predictor.task.read(cfg)["test"]
+    known = list(predictor.id2label.values())
+    # label_names without the recipe's list: the labels the data itself uses.
+    unknown = sorted(set(predictor.task.label_names(raw, replace(cfg, label_names=None))) - set(known))
+    if unknown:
+        raise BertTasksError(
+            f"{data_file}: label {unknown[0]!r} is not one the model knows ({', '.join(known)}); "
+            "evaluate on data with the model's labels, or train a model that has it"
+        )
+    return raw
 
 
 def evaluate_file(

@@ -6,6 +6,7 @@ model's config.json (`bert_tasks`), so a model never sees inputs cut differently
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -13,7 +14,9 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from safetensors import SafetensorError, safe_open
 
+from bert_tasks.allocator import reuse_freed_memory
 from bert_tasks.data.batching import eval_loader
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference import collect_window_logits
@@ -63,6 +66,8 @@ class Predictor:
             label_all_subtokens=policy.get("label_all_subtokens", False),
             viterbi=policy.get("viterbi", True),
         )
+        _check_labels(model_dir, list(config.id2label.values()))
+        _check_weights_match_config(model_dir, config.num_labels)
         self.tokenizer = load_tokenizer(model_dir)
         self.model = load_model(model_dir, task_name, allow_pickle=allow_pickle).eval()
         #: Weight bytes before/after quantization; None for a float model.
@@ -73,6 +78,8 @@ class Predictor:
         # Dynamically quantized Linear layers run on CPU only.
         self.device = torch.device("cuda" if torch.cuda.is_available() and not quantize else "cpu")
         self.model.to(self.device)
+        if self.device.type == "cpu":
+            reuse_freed_memory()  # every batch allocates activations of the same sizes again
         self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
@@ -124,6 +131,40 @@ class EntityTagger(Predictor):
         if isinstance(texts, str):
             return self.predict([texts])[0]
         return self.predict(texts)
+
+
+def _check_labels(model_dir: str | Path, labels: list[str]) -> None:
+    """Refuse transformers' placeholder names (LABEL_0, ...): predictions named so mean nothing to anyone."""
+    if all(re.fullmatch(r"LABEL_\d+", label) for label in labels):
+        raise BertTasksError(
+            f"model dir {model_dir}: config.json has no label names (id2label is {', '.join(labels)}); "
+            "add the real names to its id2label and label2id, or train the model with bert-tasks finetune"
+        )
+
+
+def _check_weights_match_config(model_dir: str | Path, num_labels: int) -> None:
+    """Refuse a half-written model.safetensors or a config.json that lost its labels, in one line.
+
+    Both would otherwise fail deep inside transformers (a safetensors header error, a size mismatch);
+    reading the safetensors header costs a few kilobytes.
+    """
+    weights = Path(model_dir) / "model.safetensors"
+    if not weights.is_file():
+        return  # a hub id, sharded or pickle weights: load_model says what is wrong with those
+    try:
+        with safe_open(weights, "pt") as file:
+            names = set(file.keys())
+            head = file.get_slice("classifier.weight").get_shape() if "classifier.weight" in names else None
+    except SafetensorError as error:
+        raise BertTasksError(
+            f"model dir {model_dir}: model.safetensors is damaged ({error}); the dir is half-written, "
+            "copy or save it again"
+        ) from None
+    if head is not None and head[0] != num_labels:
+        raise BertTasksError(
+            f"model dir {model_dir}: config.json names {num_labels} labels but the classifier has {head[0]} "
+            "outputs; put the label names (id2label) back into config.json or train the model again"
+        )
 
 
 #: The predictor class each CLI task uses.

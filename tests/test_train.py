@@ -284,3 +284,12 @@ def test_two_runs_with_different_precision_in_one_process(tiny_model: Path, tmp_
             tiny_config("sentiment", tiny_model, tmp_path / precision, max_steps=1, mixed_precision=precision)
         )
         assert load_recipe(out / "recipe.yaml").mixed_precision == precision
+
+
+def test_attention_dropout_override_is_trained_with_and_saved(tiny_model: Path, tmp_path: Path) -> None:
+    """attention_dropout=0 reaches every layer and the saved config, so the model reloads the same."""
+    small = {"batch_size": 4, "max_train_samples": 8, "validation_file": None}
+    out = train(tiny_config("sentiment", tiny_model, tmp_path / "out", attention_dropout=0.0, **small))
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["attention_probs_dropout_prob"] == 0.0
+    assert saved["hidden_dropout_prob"] == 0.1  # the other dropouts stay the model's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from transformers import (
     AutoConfig,
@@ -115,8 +116,14 @@ def load_model(
         model = head.from_pretrained(
             path, config=config, use_safetensors=not allow_pickle, attn_implementation="sdpa"
         )
-    except (OSError, ValueError) as error:
-        hint = "save it with safetensors, or pass allow_pickle" if not allow_pickle else "check the dir"
+    except (OSError, ValueError, SafetensorError) as error:
+        # A truncated or corrupt model.safetensors (an interrupted copy) raises SafetensorError.
+        hint = (
+            "save it as safetensors (model.save_pretrained(dir)), or in Python trust it with "
+            "load_model(..., allow_pickle=True)"
+            if not allow_pickle
+            else "check the dir"
+        )
         raise BertTasksError(
             f"model {name_or_path}: could not load weights ({_first_line(error)}); {hint}"
         ) from error

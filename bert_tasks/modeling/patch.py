@@ -53,6 +53,18 @@ def _swap_dropouts(model: nn.Module) -> None:
                 setattr(parent, name, FastDropout.from_stock(child))
 
 
+def set_attention_dropout(model: PreTrainedModel, p: float) -> None:
+    """Set the dropout on attention probabilities of every layer, and in the config saved with the model.
+
+    Without it (p = 0) CPU training of long inputs runs SDPA's flash kernel, which never holds the T x T
+    probabilities: the memory lever for 512-token inputs (BENCHMARKS.md measures what it costs in accuracy).
+    """
+    model.config.attention_probs_dropout_prob = p
+    for module in model.modules():
+        if isinstance(module, FusedBertSelfAttention):
+            module.dropout.p = p
+
+
 def is_patched(model: nn.Module) -> bool:
     """True when the model runs bert-tasks' fused attention."""
     return any(isinstance(m, FusedBertSelfAttention) for m in model.modules())
