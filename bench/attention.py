@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from common import machine_line
 from transformers import BertForSequenceClassification
 
 from bert_tasks import load_model
@@ -121,10 +122,7 @@ def main() -> None:
     model_path = resolve_model_path(args.model)
     models = {name: build_model(name, model_path) for name in IMPLEMENTATIONS}
     vocab = models["hf-sdpa"].config.vocab_size
-    print(
-        f"model {args.model} | batch {args.batch} | torch {torch.__version__} "
-        f"| threads {torch.get_num_threads()}"
-    )
+    print(f"model {args.model} | batch {args.batch} | {machine_line()}")
     peaks_flops = {dtype: peak_matmul_flops(dtype) for dtype in args.dtypes}
     print(
         " | ".join(f"peak {dtype} matmul {flops / 1e12:.3f} TFLOP/s" for dtype, flops in peaks_flops.items())

@@ -40,11 +40,25 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def cpu_name() -> str:
+    """The CPU model and its bf16 instructions (AMX tiles or AVX512-BF16): what bf16 speed depends on."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "cpu unknown"
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if "model name" in line), "?")
+    flags = set(
+        next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    )
+    isa = [name for name in ("amx_bf16", "avx512_bf16") if name in flags]
+    return f"{model} ({', '.join(isa) or 'no bf16 instructions'})"
+
+
 def machine_line() -> str:
     """One line naming what the numbers depend on, printed above every table."""
     bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return (
-        f"torch {torch.__version__} | transformers {transformers.__version__} | "
+        f"{cpu_name()} | torch {torch.__version__} | transformers {transformers.__version__} | "
         f"threads {torch.get_num_threads()} | CPU bf16 {'native' if bf16 else 'emulated'} | "
         f"cuda {torch.cuda.is_available()}"
     )
