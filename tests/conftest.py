@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from bert_tasks.modeling.load import bundled_model_dir
-from tests.helpers import build_tiny_model, one_thread
+from bert_tasks.training import train
+from tests.helpers import build_tiny_model, one_thread, tiny_config
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -58,3 +59,17 @@ def single_thread() -> Iterator[None]:
     """One torch thread for modules of many tiny runs: thread start-up costs more than it buys there."""
     with one_thread():
         yield
+
+
+@pytest.fixture(scope="session")
+def sentiment_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny sentiment run, shared read-only by every module (copy it before changing it)."""
+    with one_thread():
+        return train(tiny_config("sentiment", tiny_model, tmp_path_factory.mktemp("run") / "sentiment"))
+
+
+@pytest.fixture(scope="session")
+def ner_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished tiny NER run, shared read-only by every module (copy it before changing it)."""
+    with one_thread():
+        return train(tiny_config("ner", tiny_model, tmp_path_factory.mktemp("run") / "ner"))

@@ -43,11 +43,6 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")
-def sentiment_dir(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train(tiny_config("sentiment", tiny_model, tmp_path_factory.mktemp("run") / "sentiment"))
-
-
-@pytest.fixture(scope="module")
 def tagger_dir(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny NER model that tags the four ENTITIES words and nothing else (~2 s of training)."""
     folder = tmp_path_factory.mktemp("tagger")
@@ -282,8 +277,8 @@ CASES: dict[str, Callable[[Place], Case]] = {
 
 
 @pytest.fixture
-def place(tmp_path: Path, tiny_model: Path, sentiment_dir: Path, tagger_dir: Path) -> Place:
-    return Place(tmp_path, tiny_model, sentiment_dir, tagger_dir)
+def place(tmp_path: Path, tiny_model: Path, sentiment_run: Path, tagger_dir: Path) -> Place:
+    return Place(tmp_path, tiny_model, sentiment_run, tagger_dir)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -15,8 +15,7 @@ import pytest
 from bert_tasks.data.ner_files import words_with_offsets
 from bert_tasks.errors import BertTasksError
 from bert_tasks.predict import EntityTagger, Predictor, SentimentClassifier
-from bert_tasks.training import train
-from tests.helpers import LABELS, LONG_NER_TEXT, LONG_REVIEW, tiny_config
+from tests.helpers import LABELS, LONG_NER_TEXT, LONG_REVIEW
 
 SHORT_TEXTS = ["Loved it.", "The battery died after a day, which was a shame.", "Fine.", "Not good at all."]
 NER_TEXTS = ["Cisplatin nephrotoxicity was seen .", "Lithium carbonate induced nephrogenic diabetes ."]
@@ -26,24 +25,14 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")
-def sentiment_dir(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train(tiny_config("sentiment", tiny_model, tmp_path_factory.mktemp("run") / "sentiment"))
-
-
-@pytest.fixture(scope="module")
-def ner_dir(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train(tiny_config("ner", tiny_model, tmp_path_factory.mktemp("run") / "ner"))
-
-
-@pytest.fixture(scope="module")
-def classifier(sentiment_dir: Path) -> SentimentClassifier:
+def classifier(sentiment_run: Path) -> SentimentClassifier:
     """fp32, so batched and single predictions can be compared to float precision."""
-    return SentimentClassifier.from_pretrained(sentiment_dir, mixed_precision="no")
+    return SentimentClassifier.from_pretrained(sentiment_run, mixed_precision="no")
 
 
 @pytest.fixture(scope="module")
-def tagger(ner_dir: Path) -> EntityTagger:
-    return EntityTagger.from_pretrained(ner_dir, mixed_precision="no")
+def tagger(ner_run: Path) -> EntityTagger:
+    return EntityTagger.from_pretrained(ner_run, mixed_precision="no")
 
 
 def test_predictor_reads_the_saved_policy(classifier: SentimentClassifier, tagger: EntityTagger) -> None:
@@ -67,11 +56,11 @@ def test_sentiment_string_and_list(classifier: SentimentClassifier) -> None:
         assert result["score"] == max(result["scores"].values()) == result["scores"][result["label"]]
 
 
-def test_sentiment_batching_does_not_change_results(sentiment_dir: Path) -> None:
+def test_sentiment_batching_does_not_change_results(sentiment_run: Path) -> None:
     """Padding, length-sorting and re-ordering of batches leave each text's probabilities unchanged."""
-    batched = SentimentClassifier(sentiment_dir, batch_size=3, mixed_precision="no")(SHORT_TEXTS)
+    batched = SentimentClassifier(sentiment_run, batch_size=3, mixed_precision="no")(SHORT_TEXTS)
     alone = [
-        SentimentClassifier(sentiment_dir, batch_size=1, mixed_precision="no")([t])[0] for t in SHORT_TEXTS
+        SentimentClassifier(sentiment_run, batch_size=1, mixed_precision="no")([t])[0] for t in SHORT_TEXTS
     ]
     for together, single in zip(batched, alone, strict=True):
         assert together["scores"]["positive"] == pytest.approx(single["scores"]["positive"], abs=1e-5)
@@ -106,12 +95,12 @@ def test_empty_list_gives_no_predictions(classifier: SentimentClassifier, tagger
     assert tagger([]) == []
 
 
-def test_wrong_task_dir_names_the_right_command(sentiment_dir: Path, ner_dir: Path) -> None:
+def test_wrong_task_dir_names_the_right_command(sentiment_run: Path, ner_run: Path) -> None:
     """Loading a model with the other task's predictor says which command fits it."""
     with pytest.raises(BertTasksError, match=r"holds a ner model.*bert-tasks predict ner"):
-        SentimentClassifier(ner_dir)
+        SentimentClassifier(ner_run)
     with pytest.raises(BertTasksError, match=r"holds a sentiment model.*bert-tasks predict sentiment"):
-        EntityTagger(sentiment_dir)
+        EntityTagger(sentiment_run)
 
 
 def test_base_model_dir_is_not_a_predictor(tiny_model: Path, tmp_path: Path) -> None:

@@ -40,18 +40,6 @@ AUTO_CLASSES = {"sentiment": AutoModelForSequenceClassification, "ner": AutoMode
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-@pytest.fixture(scope="module")
-def sentiment_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny sentiment run, shared by read-only checks (copy it before changing it)."""
-    return train(tiny_config("sentiment", tiny_model, tmp_path_factory.mktemp("run") / "sentiment"))
-
-
-@pytest.fixture(scope="module")
-def ner_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny NER run, shared by read-only checks (copy it before changing it)."""
-    return train(tiny_config("ner", tiny_model, tmp_path_factory.mktemp("run") / "ner"))
-
-
 @pytest.fixture(params=["sentiment", "ner"])
 def run(request: pytest.FixtureRequest) -> Path:
     """Each task's finished run, for the checks that hold for both."""
