@@ -165,7 +165,14 @@ def run_baseline(cfg: Config, args: argparse.Namespace, tmp: Path) -> dict[str, 
             data_collator=DataCollatorForTokenClassification(tokenizer),
         )
         train_rate = trainer.train().metrics["train_samples_per_second"]
-        logits = trainer.predict(Dataset.from_dict(test_columns)).predictions  # [N, T, C], padded
+        # transformers 5 length-groups the evaluation batches too under group_by_length, which would put
+        # the predictions out of dataset order: predict with a Trainer in sequential order.
+        predictor = Trainer(
+            model=trainer.model,
+            args=training_args(tmp / "predict", per_device_eval_batch_size=cfg.eval_batch_size, bf16=True),
+            data_collator=DataCollatorForTokenClassification(tokenizer),
+        )
+        logits = predictor.predict(Dataset.from_dict(test_columns)).predictions  # [N, T, C], padded
         token_ids = logits.argmax(axis=-1)  # [N, T]
         predicted = [
             word_tags(token_ids[i], test_word_ids[i], len(words), labels)
