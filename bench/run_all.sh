@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every benchmark in sequence on a quiet machine (2 cores: one at a time, nothing else running);
-# each writes bench/results/<name>.json and .log. Takes about 2.5 hours on 2 CPU cores.
+# each writes bench/results/<name>.json and .log. Takes about 3 hours on 2 CPU cores.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
@@ -10,10 +10,12 @@ run() {
   /usr/bin/time -f "$name wall %e s, max RSS %M KB" "$@" --json "bench/results/$name.json" > "bench/results/$name.log" 2>&1
   tail -1 "bench/results/$name.log" >&2
 }
+run levers python bench/levers.py
 run attention python bench/attention.py --repeats 4
 run finetune_sentiment python bench/finetune_sentiment.py
 run finetune_sentiment_quality python bench/finetune_sentiment.py --quality --output-dir runs/sentiment_sst2
 run finetune_ner_bc5cdr python bench/finetune_ner.py --corpus bc5cdr --output-dir runs/ner_bc5cdr
+run finetune_ner_speed python bench/finetune_ner.py --corpus bc5cdr --baseline tuned --max-train-samples 2000 --epochs 1
 run predict_speed python bench/predict_speed.py --sentiment-model runs/sentiment_sst2 --ner-model runs/ner_bc5cdr
 run precision python bench/precision.py --sentiment-model runs/sentiment_sst2 --sentiment-data ../shared/data/sst2/dev.tsv \
   --ner-model runs/ner_bc5cdr --ner-data ../shared/data/bc5cdr/test.tsv
