@@ -3,9 +3,10 @@
 glibc serves allocations above its mmap threshold (at most 32 MiB) with fresh `mmap` pages and unmaps
 them on free, so every training step or prediction batch that allocates the same large tensors again
 (the 47 MB dense gradient of the word embeddings, activations of a long batch) pays a page fault per
-4 KiB page: measured here, zero-filling that gradient takes 25 ms fresh against 4.5 ms in reused memory,
-about 8% of a short-sentence training step. Turning mmap off and trimming only above 1 GiB is what a
-caching allocator (jemalloc, tcmalloc: the usual advice for PyTorch on CPU) does, without preloading one.
+4 KiB page: a fresh zero-filled gradient of that size takes 11x longer than one in reused memory
+(14.4 against 1.3 ms, `bench/levers.py`), several % of a short-sentence step. Turning mmap off and
+trimming only above 1 GiB is what a caching allocator (jemalloc, tcmalloc: the usual advice for PyTorch
+on CPU) does, without preloading one.
 The cost: the process's resident memory stays at its peak, which is what a training or serving process
 reaches again at its next step anyway.
 """

@@ -5,8 +5,9 @@ in a bf16 BERT training step on this CPU that is 11-15% of the time, and in SDPA
 only CPU path that implements attention dropout) the draws over the B x H x T x T probabilities cost as
 much as the attention matmuls. Here each 64-bit draw of torch's own generator is split into four 16-bit
 lanes, each compared with p * 2^16: the same keep probability to 1/65536, from the same seeded stream
-(`set_seed` and checkpointed RNG states still make runs reproducible), at about a quarter of the cost.
-On accelerators torch's fused dropout kernel is already cheap and is used unchanged.
+(`set_seed` and checkpointed RNG states still make runs reproducible). The random numbers cost a quarter;
+forward + backward of a whole dropout about half (1.7-1.9x, `bench/levers.py`). On accelerators torch's
+fused dropout kernel is already cheap and is used unchanged.
 """
 
 from __future__ import annotations
