@@ -19,6 +19,9 @@ from bert_tasks.modeling.load import DEFAULT_MODEL
 from bert_tasks.quantize import QUANTIZE_METHODS
 from bert_tasks.tasks import TASK_NAMES
 
+#: Pickle-based weights (pytorch_model.bin) can run arbitrary code when loaded: only on request.
+ALLOW_PICKLE_HELP = "also load pickle-based pytorch_model.bin weights (only from a source you trust)"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script (and of `python -m bert_tasks`)."""
@@ -70,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out", help="where to write metrics JSON and plots (default: <model>/eval-<data>)"
     )
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
     evaluate.add_argument(
         "--quantize", choices=QUANTIZE_METHODS, help="score the dynamically quantized model"
     )
@@ -86,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("--json", action="store_true", help="one JSON object per text, for programs")
     predict.add_argument("--batch-size", type=int, default=64)
     predict.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
+    predict.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
     predict.set_defaults(run=_predict, positionals="texts")
 
     attention = commands.add_parser("attention", help="draw a text's attention weights as PNG heatmaps")
@@ -128,7 +133,14 @@ def _evaluate(args: argparse.Namespace) -> None:
     model_dir = Path(args.model or f"runs/{args.task}")
     out_dir = Path(args.out) if args.out else model_dir / f"eval-{Path(args.data).stem}"
     metrics = evaluate_file(
-        args.task, model_dir, args.data, args.overrides, out_dir, quiet=args.json, quantize=args.quantize
+        args.task,
+        model_dir,
+        args.data,
+        args.overrides,
+        out_dir,
+        quiet=args.json,
+        quantize=args.quantize,
+        allow_pickle=args.allow_pickle,
     )
     if args.json:
         print(json.dumps(metrics, indent=2))
@@ -143,7 +155,10 @@ def _predict(args: argparse.Namespace) -> None:
     if args.batch_size < 1:
         raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
     predictor = PREDICTORS[args.task](
-        args.model or f"runs/{args.task}", batch_size=args.batch_size, quantize=args.quantize
+        args.model or f"runs/{args.task}",
+        batch_size=args.batch_size,
+        quantize=args.quantize,
+        allow_pickle=args.allow_pickle,
     )
     predictions = predictor.predict(texts)
     if args.json:

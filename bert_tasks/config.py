@@ -65,6 +65,7 @@ class Config:
     mixed_precision: str = "auto"
     gradient_checkpointing: bool = False
     attention_dropout: float | None = None
+    allow_pickle: bool = False
     seed: int = 42
     eval_every: int = 0
     save_every: int = 0

@@ -51,15 +51,16 @@ def evaluate_file(
     out_dir: Path,
     quiet: bool = False,
     quantize: str | None = None,
+    allow_pickle: bool = False,
 ) -> dict[str, Any]:
     """Read `data_file` the way the model's training recipe read its data, score it, write JSON + plots.
 
     The recipe saved with the model supplies the reader settings (columns, label names, CoNLL tag
     column); `overrides` (key=value) can change them for a file laid out differently. `quiet` skips the
     report for people (the CLI's --json prints JSON only). `quantize="int8"` scores the dynamically
-    quantized model, to see what quantization costs.
+    quantized model, to see what quantization costs. `allow_pickle`: also load pickle-based weights.
     """
-    predictor = PREDICTORS[task](model_dir, quantize=quantize)
+    predictor = PREDICTORS[task](model_dir, quantize=quantize, allow_pickle=allow_pickle)
     raw = read_labelled_file(predictor, model_dir, data_file, overrides)
     metrics = predictor.evaluate(raw)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -94,7 +94,7 @@ def train(cfg: Config) -> Path:
             for split, data in raw.items()
         }
 
-    model = load_model(cfg.model, task.name, labels)
+    model = load_model(cfg.model, task.name, labels, allow_pickle=cfg.allow_pickle)
     if cfg.attention_dropout is not None:
         set_attention_dropout(model, cfg.attention_dropout)
     _create_output_dir(cfg, output_dir, replace_previous, accelerator)

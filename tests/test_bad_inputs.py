@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from transformers import BertForTokenClassification
 
 from bert_tasks.cli import main
@@ -386,6 +388,29 @@ def test_code_planted_in_a_model_dir_never_runs(
         with pytest.raises(BertTasksError, match="save it as safetensors"):
             EntityTagger(model)
     assert not marker.exists()
+
+
+def as_pickle_weights(model: Path) -> Path:
+    """Turn a model dir's safetensors into a plain (harmless) pickle-based pytorch_model.bin."""
+    weights = model / "model.safetensors"
+    torch.save(load_file(weights), model / "pytorch_model.bin")
+    weights.unlink()
+    return model
+
+
+def test_pickle_weights_load_when_asked_for(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    """The opt-in exists everywhere: --allow-pickle (predict), allow_pickle=true (finetune), Python."""
+    model = as_pickle_weights(place.copy_of_ner("pickled"))
+    assert main(["predict", "ner", "--model", str(model), "Aspirin helped."]) == 1
+    assert "--allow-pickle" in capsys.readouterr().err
+    assert main(["predict", "ner", "--model", str(model), "--allow-pickle", "--json", "Aspirin helped."]) == 0
+    assert json.loads(capsys.readouterr().out)["entities"][0]["text"] == "Aspirin"
+    assert EntityTagger(model, allow_pickle=True)("Aspirin helped.")[0]["text"] == "Aspirin"
+
+    base = as_pickle_weights(shutil.copytree(place.tiny_model, place.tmp / "pickled-base"))
+    out = place.tmp / "from-pickle"
+    assert main(["finetune", "sentiment", *fast_overrides("sentiment", base, out, allow_pickle=True)]) == 0
+    assert (out / "model.safetensors").is_file() and not (out / "pytorch_model.bin").exists()
 
 
 def expected_entities(text: str) -> list[dict[str, Any]]:

@@ -119,8 +119,8 @@ def load_model(
     except (OSError, ValueError, SafetensorError) as error:
         # A truncated or corrupt model.safetensors (an interrupted copy) raises SafetensorError.
         hint = (
-            "save it as safetensors (model.save_pretrained(dir)), or in Python trust it with "
-            "load_model(..., allow_pickle=True)"
+            "save it as safetensors (model.save_pretrained(dir)), or, if you trust it, pass "
+            "--allow-pickle (predict, evaluate), allow_pickle=true (finetune) or allow_pickle=True (Python)"
             if not allow_pickle
             else "check the dir"
         )
