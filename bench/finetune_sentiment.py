@@ -8,8 +8,9 @@ Speed mode (default): the same first N training rows, 1 epoch, batch 32, lr 5e-5
   bert-tasks       bert_tasks.train(load_recipe("recipes/sentiment_sst2.yaml", overrides)), the CLI's
                    code path, keeping the recipe's warmup, weight decay and precision (auto: bf16 where the
                    CPU runs it natively); overrides max_train_samples epochs lr batch_size eval_every
-                   output_dir, plus logging_steps above the step count so its train_log.jsonl holds one
-                   record that times the whole loop
+                   output_dir, attention_dropout=none (the checkpoint's 0.1, as the Trainers have), plus
+                   logging_steps above the step count so its train_log.jsonl holds one record that times
+                   the whole loop
 "loop s" is the optimisation loop alone (Trainer.train(); bert-tasks' one log record); "total s" is
 everything from reading the files to the dev accuracy: read + tokenize + model load + train + score dev
 (bert-tasks also scores dev twice, at the last step and after restoring the best weights, and saves the
@@ -138,6 +139,7 @@ def run_speed_round(cfg: Config, args: argparse.Namespace, tmp: Path) -> dict[st
         "lr=5e-5",
         "batch_size=32",
         "eval_every=0",
+        "attention_dropout=none",  # the checkpoint's 0.1, as the Trainers train with
         "logging_steps=1000000000",  # one log record, at the last step: the whole loop's rate
     ]
     if args.max_eval_samples is not None:
