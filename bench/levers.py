@@ -29,9 +29,11 @@ import torch
 import torch.nn.functional as F
 from common import machine_line, quiet, write_json
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers import BertConfig
 
 from bert_tasks import load_model
 from bert_tasks.allocator import reuse_freed_memory
+from bert_tasks.modeling.attention import FusedBertSelfAttention
 from bert_tasks.modeling.dropout import fast_dropout
 
 HEADS, HEAD_SIZE, HIDDEN, VOCAB = 12, 32, 384, 30522
@@ -78,13 +80,10 @@ def dropout_rows(repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-def math_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, p: float
-) -> torch.Tensor:
-    """bert-tasks' CPU training path (FusedBertSelfAttention._attend_with_probs), standalone."""
-    scores = torch.matmul(q, k.transpose(2, 3)) * HEAD_SIZE**-0.5  # [B, H, T, T]
-    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    return torch.matmul(fast_dropout(F.softmax(scores, dim=-1), p), v)  # [B, H, T, D]
+def math_attention(p: float) -> FusedBertSelfAttention:
+    """bert-tasks' attention in training mode, whose math path (`_attend_with_probs`) CPU training runs."""
+    config = BertConfig(hidden_size=HIDDEN, num_attention_heads=HEADS, attention_probs_dropout_prob=p)
+    return FusedBertSelfAttention(config).train()
 
 
 def attention_rows(repeats: int) -> list[dict[str, Any]]:
@@ -108,8 +107,11 @@ def attention_row(batch: int, seq_len: int, repeats: int) -> dict[str, Any]:
         return run
 
     def ours(p: float) -> Callable[[], None]:
+        attention = math_attention(p)
+
         def run() -> None:
-            math_attention(q, k, v, keep, p).sum().backward()
+            context, _ = attention._attend_with_probs(q, k, v, keep, is_causal=False)  # [B, H, T, D]
+            context.sum().backward()
 
         return run
 
