@@ -161,6 +161,15 @@ def tiny_bert_config(**overrides: object) -> BertConfig:
     return BertConfig(**settings)
 
 
+def at_real_tokens(per_token: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T, ...] -> [N, ...]: the outputs at real tokens, the only ones a patched model promises.
+
+    Patched models run their layers on the real tokens only and leave zeros at padding positions, whose
+    outputs no head, loss or decoder reads (bert_tasks/modeling/unpad.py).
+    """
+    return per_token[attention_mask.bool()]
+
+
 def write_file(tmp_path: Path, name: str, content: str | bytes) -> Path:
     """A file in `tmp_path` with exactly these bytes (or this text as UTF-8): readers' bad-input cases."""
     path = tmp_path / name

@@ -21,6 +21,7 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertSelfAttention
 
 from bert_tasks.modeling.dropout import FastDropout
+from bert_tasks.modeling.unpad import FIRST_TOKEN_KWARG, UNPADDING_KWARG, Unpadding
 
 _PROJECTIONS = ("query", "key", "value")
 #: From this many keys on, CPU training without attention dropout uses SDPA's flash kernel; below it the
@@ -105,11 +106,23 @@ class FusedBertSelfAttention(BertSelfAttention):
         Probabilities are computed only when transformers asks for them (`output_attentions=True`), through
         an exact math path that mirrors transformers' eager attention op for op, so heatmaps show the very
         numbers stock BERT would. Otherwise the fused SDPA kernel runs and no T x T matrix is returned.
+
+        Under `UnpaddedBertEncoder` the hidden states are the real tokens only ([N, C], `unpadding` kwarg):
+        the projection runs on them, attention on the padded layout, and the context comes back as [N, C'];
+        with `first_token_only` too, only each sequence's first position queries and the context is [B, C'].
         """
-        batch, seq_len, _ = hidden_states.shape
-        qkv = self.qkv(hidden_states)  # [B, T, 3 * H * D]
+        unpadding: Unpadding | None = kwargs.get(UNPADDING_KWARG)
+        qkv = self.qkv(hidden_states)  # [B, T, 3 * H * D], or [N, 3 * H * D] unpadded
+        if unpadding is not None:
+            qkv = unpadding.scatter(qkv)  # [B, T, 3 * H * D]
+        batch, seq_len, _ = qkv.shape
         qkv = qkv.view(batch, seq_len, 3, self.num_attention_heads, self.attention_head_size)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, T, D]
+        first_token_only = unpadding is not None and kwargs.get(FIRST_TOKEN_KWARG, False)
+        if first_token_only:
+            query = query[:, :, :1]  # [B, H, 1, D]
+            if attention_mask is not None:
+                attention_mask = attention_mask[:, :, :1]  # [B, 1, 1, T]
 
         if cache is not None:
             # Decoder use (BertLMHeadModel generation): extend keys/values with the cached ones.
@@ -137,7 +150,11 @@ class FusedBertSelfAttention(BertSelfAttention):
             )  # [B, H, T, D]
             probs = None
 
-        context = context.transpose(1, 2).reshape(batch, seq_len, -1)  # [B, T, H * D]
+        context = context.transpose(1, 2).reshape(batch, query.shape[2], -1)  # [B, T, H * D]
+        if first_token_only:
+            return context[:, 0], probs  # [B, H * D]
+        if unpadding is not None:
+            context = unpadding.gather(context)  # [N, H * D]
         return context, probs
 
     def _math_is_faster(self, query: torch.Tensor, keys: int) -> bool:

@@ -2,24 +2,36 @@
 
 It swaps every `BertSelfAttention` of a model for `FusedBertSelfAttention` in place, carrying over the
 weights, mode, dtype, device and any forward hooks transformers already installed (output capturing),
-swaps every `nn.Dropout` for `FastDropout` (same p and mode, cheaper random numbers on CPU), and gives the
-model a `prune_heads` that works on the fused projection. Cross-attention is left alone.
+swaps every `nn.Dropout` for `FastDropout` (same p and mode, cheaper random numbers on CPU), makes the
+encoder run its layers on the real tokens of padded batches only (`UnpaddedBertEncoder`) and, under a
+head that reads [CLS] only, its last layer on that token only; and gives the model a `prune_heads` that
+works on the fused projection. Cross-attention is left alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import wraps
 from types import MethodType
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.models.bert.modeling_bert import BertAttention, BertSelfAttention
+from transformers.models.bert.modeling_bert import (
+    BertAttention,
+    BertEncoder,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForSequenceClassification,
+    BertSelfAttention,
+)
 from transformers.pytorch_utils import prune_linear_layer
 
 from bert_tasks.errors import BertTasksError
 from bert_tasks.modeling.attention import FusedBertSelfAttention
 from bert_tasks.modeling.dropout import FastDropout
+from bert_tasks.modeling.unpad import FIRST_TOKEN_KWARG, UnpaddedBertEncoder
 
 
 def patch_bert(model: nn.Module) -> nn.Module:
@@ -41,8 +53,32 @@ def patch_bert(model: nn.Module) -> nn.Module:
         if type(attention.self) is BertSelfAttention:
             attention.self = FusedBertSelfAttention.from_stock(attention.self)
     _swap_dropouts(model)
+    for encoder in model.modules():
+        if type(encoder) is BertEncoder:
+            # No state of its own: swapping the class keeps names, weights, hooks and layers as they are.
+            encoder.__class__ = UnpaddedBertEncoder
+    if isinstance(model, _FIRST_TOKEN_HEADS) and "forward" not in vars(model):
+        model.forward = MethodType(_first_token_forward(type(model).forward), model)
     model.prune_heads = MethodType(prune_heads, model)
     return model
+
+
+#: Heads that read only each sequence's first token ([CLS], through the pooler).
+_FIRST_TOKEN_HEADS = (BertForSequenceClassification, BertForMultipleChoice, BertForNextSentencePrediction)
+
+
+def _first_token_forward(forward: Callable[..., Any]) -> Callable[..., Any]:
+    """The head's own forward, telling the encoder that its last layer may compute the first token only.
+
+    Set on the head instance, not on the encoder, so `model.bert(...)` called directly still returns every
+    token's hidden state. `wraps` keeps the signature visible to `inspect` (Trainer and pipelines read it).
+    """
+
+    @wraps(forward)
+    def first_token_forward(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
+        return forward(self, *args, **{FIRST_TOKEN_KWARG: True, **kwargs})
+
+    return first_token_forward
 
 
 def _swap_dropouts(model: nn.Module) -> None:

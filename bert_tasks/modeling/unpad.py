@@ -1,0 +1,178 @@
+"""Unpadding: BERT's linear layers run on the real tokens of a padded batch only.
+
+In a padded batch every layer's projections, feed-forward and LayerNorms also process the padding
+positions, whose outputs nobody reads (30% of the tokens in the benchmark's batches, more in a batch of
+mixed-length sentences). `UnpaddedBertEncoder` gathers the real tokens of the embedding output into one
+[N, C] matrix and runs every layer on it; only the attention, which needs the [B, T] layout to know which
+token belongs to which sentence, scatters its fused q/k/v back into the padded layout, and gathers its
+context again (`FusedBertSelfAttention`). The encoder's output is scattered back to [B, T, C] with zeros at
+the padding positions, so heads, losses and callers see the usual shapes.
+
+The padded path runs unchanged whenever unpadding cannot apply or buys nothing: no padding, a mask that is
+not a key-padding mask, a decoder (causal masks, caches, cross-attention), `output_attentions` /
+`output_hidden_states` (their captured tensors keep transformers' [B, T, ...] shapes), or a feed-forward
+chunked along the sequence (`chunk_size_feed_forward`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+from transformers.models.bert.modeling_bert import BertEncoder, BertLayer
+
+#: The keyword under which the encoder hands each layer's self-attention the token positions.
+UNPADDING_KWARG = "unpadding"
+#: The keyword a head that reads only each sequence's first token ([CLS]) passes down to the encoder.
+FIRST_TOKEN_KWARG = "first_token_only"
+
+
+@dataclass(frozen=True)
+class Unpadding:
+    """Where the real tokens of a padded [B, T] batch sit: the map between [B, T, C] and [N, C]."""
+
+    indices: torch.Tensor  # [N] flat positions b * T + t of the real tokens, in order
+    batch: int
+    seq_len: int
+
+    @classmethod
+    def from_token_mask(cls, tokens: torch.Tensor) -> Unpadding:
+        """`tokens`: bool [B, T], True at real tokens."""
+        batch, seq_len = tokens.shape
+        return cls(tokens.flatten().nonzero().squeeze(1), batch, seq_len)
+
+    def gather(self, padded: torch.Tensor) -> torch.Tensor:
+        """[B, T, C] -> [N, C]: the real tokens only."""
+        return padded.reshape(self.batch * self.seq_len, -1).index_select(0, self.indices)
+
+    def scatter(self, packed: torch.Tensor) -> torch.Tensor:
+        """[N, C] -> [B, T, C], zeros at the padding positions."""
+        padded = packed.new_zeros(self.batch * self.seq_len, packed.shape[-1])  # [B * T, C]
+        return padded.index_copy(0, self.indices, packed).view(self.batch, self.seq_len, -1)
+
+    def first_tokens(self) -> torch.Tensor:
+        """[B] rows of [N, C] that hold each sequence's first token (every sequence starts with one)."""
+        return (self.indices % self.seq_len == 0).nonzero().squeeze(1)
+
+
+def token_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The bool [B, T] real-token mask behind a pure key-padding attention mask, else None.
+
+    transformers 5 expands the [B, T] padding mask into [B, 1, T, T] (bool, True = attend, for SDPA; or
+    additive 0 / dtype-min floats for eager) with every query row equal. Any other mask (a custom 3-D or
+    4-D mask with differing rows, biases other than 0 / -inf) is not padding and is left to the padded
+    path; so is a batch without padding (None, or nothing masked), where unpadding buys nothing.
+    """
+    if attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[1] != 1:
+        return None
+    if attention_mask.dtype == torch.bool:
+        keep = attention_mask[:, 0]  # [B, T, T]
+    else:
+        keep = attention_mask[:, 0] == 0  # [B, T, T]
+        masked = attention_mask[:, 0] <= torch.finfo(attention_mask.dtype).min / 2
+        if not bool((keep | masked).all()):
+            return None
+    # transformers' masks are expanded views (query stride 0): their rows are equal by construction.
+    if attention_mask.stride(2) != 0 and not bool((keep == keep[:, :1]).all()):
+        return None
+    tokens = keep[:, 0]  # [B, T]
+    if bool(tokens.all()) or not bool(tokens[:, 0].all()):
+        # Nothing to drop; or a sentence whose first position is padding (left padding): the heads read
+        # position 0 ([CLS]), so leave such batches to the padded path.
+        return None
+    return tokens
+
+
+class UnpaddedBertEncoder(BertEncoder):
+    """transformers' `BertEncoder` that runs its layers on the real tokens only (see the module doc).
+
+    `patch_bert` swaps the class of an existing encoder to this one: it adds no state, so names, weights,
+    hooks and the layers themselves stay as they are.
+    """
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Any = None,
+        use_cache: bool | None = None,
+        **kwargs: Any,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        first_token_only = bool(kwargs.pop(FIRST_TOKEN_KWARG, False))
+        tokens = None
+        if self._can_unpad(encoder_hidden_states, cache, kwargs):
+            tokens = token_mask(attention_mask)
+            if tokens is None and first_token_only and attention_mask is None:
+                # No padding, but the last layer can still skip every token the head does not read.
+                tokens = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)  # [B, T]
+        if tokens is None:
+            return super().forward(
+                hidden_states,
+                attention_mask,
+                encoder_hidden_states,
+                encoder_attention_mask,
+                cache=cache,
+                use_cache=use_cache,
+                **kwargs,
+            )
+        unpadding = Unpadding.from_token_mask(tokens)
+        kwargs[UNPADDING_KWARG] = unpadding
+        layers = list(self.layer)
+        last = layers.pop() if first_token_only and not self._checkpointed(layers[-1]) else None
+        packed = unpadding.gather(hidden_states)  # [N, C]
+        for layer_module in layers:
+            packed = layer_module(packed, attention_mask, None, **kwargs)
+        if last is None:
+            return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=unpadding.scatter(packed))
+        first = _first_tokens_through(last, packed, attention_mask, unpadding, kwargs)  # [B, C]
+        rest = first.new_zeros(unpadding.batch, unpadding.seq_len - 1, first.shape[-1])  # [B, T - 1, C]
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=torch.cat([first[:, None], rest], dim=1)  # [B, T, C]
+        )
+
+    def _checkpointed(self, layer: BertLayer) -> bool:
+        """Gradient checkpointing wraps a layer's whole forward: such a last layer runs in full."""
+        return layer.gradient_checkpointing and layer.training and torch.is_grad_enabled()
+
+    def _can_unpad(
+        self, encoder_hidden_states: torch.Tensor | None, cache: Any, kwargs: dict[str, Any]
+    ) -> bool:
+        """Encoder-only BERT, nothing captured per layer, feed-forward not chunked along the sequence."""
+        config = self.config
+        captured = any(
+            kwargs.get(flag, getattr(config, flag, False))
+            for flag in ("output_attentions", "output_hidden_states")
+        )
+        return not (
+            config.is_decoder
+            or encoder_hidden_states is not None
+            or cache is not None
+            or captured
+            or config.chunk_size_feed_forward
+        )
+
+
+def _first_tokens_through(
+    layer: BertLayer,
+    packed: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    unpadding: Unpadding,
+    kwargs: dict[str, Any],
+) -> torch.Tensor:
+    """The last layer for each sequence's first token only: [N, C] in, [B, C] out.
+
+    Keys and values still come from every token; the query, the attention output projection, the
+    feed-forward and the LayerNorms run on B rows instead of N, which is exact for a head that reads the
+    first token only (the pooler of `BertFor{SequenceClassification,MultipleChoice,...}`): those rows are
+    computed as in the full layer, and no other row reaches the loss.
+    """
+    first = unpadding.first_tokens()  # [B]
+    context, _ = layer.attention.self(
+        packed, attention_mask, **kwargs, **{FIRST_TOKEN_KWARG: True}
+    )  # [B, C']
+    attended = layer.attention.output(context, packed.index_select(0, first))  # [B, C]
+    return layer.feed_forward_chunk(attended)  # [B, C]

@@ -1,0 +1,227 @@
+"""Unpadding: patched models run their layers on the real tokens only, and fall back where they must."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+from transformers import (
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertLMHeadModel,
+    BertModel,
+)
+
+from bert_tasks import patch_bert
+from bert_tasks.modeling import unpad
+from bert_tasks.modeling.unpad import Unpadding, token_mask
+from tests.helpers import at_real_tokens, tiny_bert_config
+
+
+@pytest.fixture
+def gathered_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many rows each `Unpadding.gather` call read: empty when the padded path ran."""
+    rows: list[int] = []
+    gather = Unpadding.gather
+
+    def spy(self: Unpadding, padded: torch.Tensor) -> torch.Tensor:
+        packed = gather(self, padded)
+        rows.append(packed.shape[0])
+        return packed
+
+    monkeypatch.setattr(unpad.Unpadding, "gather", spy)
+    return rows
+
+
+def stock_and_patched(model_class=BertModel, **overrides):
+    """A stock model (sdpa masks) and a patched deep copy, both in eval mode, no dropout."""
+    torch.manual_seed(0)
+    config = tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **overrides)
+    config._attn_implementation = "sdpa"
+    stock = model_class(config).eval()
+    return stock, patch_bert(copy.deepcopy(stock))
+
+
+def test_layers_run_on_real_tokens_only(padded_batch, gathered_rows):
+    stock, patched = stock_and_patched()
+    with torch.no_grad():
+        expected = stock(**padded_batch).last_hidden_state
+        actual = patched(**padded_batch).last_hidden_state  # [B, T, C]
+    real = int(padded_batch["attention_mask"].sum())  # 11 + 7 + 3 = 21 of 33 positions
+    assert gathered_rows == [real] * 3  # the embeddings, then each of the 2 layers' attention context
+    mask = padded_batch["attention_mask"]
+    torch.testing.assert_close(at_real_tokens(actual, mask), at_real_tokens(expected, mask))
+    assert actual[mask == 0].abs().max() == 0  # padding positions: zeros, not stale values
+
+
+def test_token_classification_gradients_match_through_unpadding(padded_batch, gathered_rows):
+    stock, patched = stock_and_patched(BertForTokenClassification, num_labels=3)
+    labels = torch.randint(0, 3, padded_batch["input_ids"].shape, generator=torch.Generator().manual_seed(1))
+    labels[padded_batch["attention_mask"] == 0] = -100
+    losses = []
+    for model in (stock, patched):
+        model.train()
+        loss = model(**padded_batch, labels=labels).loss
+        loss.backward()
+        losses.append(loss)
+    assert gathered_rows
+    torch.testing.assert_close(losses[1], losses[0], atol=0, rtol=1e-5)
+    stock_grads = dict(stock.named_parameters())
+    for name, param in patched.named_parameters():
+        if ".qkv." not in name:
+            torch.testing.assert_close(param.grad, stock_grads[name].grad, atol=1e-7, rtol=1e-4)
+
+
+def test_gradient_checkpointing_through_unpadding(padded_batch, gathered_rows):
+    _, plain = stock_and_patched(BertForTokenClassification, num_labels=3)
+    checkpointed = copy.deepcopy(plain)
+    checkpointed.gradient_checkpointing_enable()
+    grads = []
+    for model in (plain, checkpointed):
+        model.train()
+        model(**padded_batch).logits.sum().backward()
+        grads.append(model.bert.embeddings.word_embeddings.weight.grad)
+    assert gathered_rows
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("flag", ["output_hidden_states", "output_attentions"])
+def test_captured_outputs_keep_the_padded_path(padded_batch, gathered_rows, flag):
+    """Captured per-layer tensors keep transformers' [B, T, ...] shapes: stock's numbers everywhere."""
+    stock, patched = stock_and_patched()
+    with torch.no_grad():
+        expected = stock(**padded_batch, **{flag: True})
+        actual = patched(**padded_batch, **{flag: True})
+    assert gathered_rows == []
+    torch.testing.assert_close(actual.last_hidden_state, expected.last_hidden_state)
+    captured = actual[flag.removeprefix("output_")]
+    assert [tensor.shape[0] for tensor in captured] == [3] * len(captured) and len(captured) >= 2
+
+
+def test_no_padding_keeps_the_padded_path(gathered_rows):
+    stock, patched = stock_and_patched()
+    input_ids = torch.randint(1000, 30000, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(patched(input_ids).last_hidden_state, stock(input_ids).last_hidden_state)
+    assert gathered_rows == []
+
+
+def test_left_padding_keeps_the_padded_path(padded_batch, gathered_rows):
+    """Heads read position 0: a batch padded on the left is left exactly as stock computes it."""
+    stock, patched = stock_and_patched()
+    flipped = {name: tensor.flip(1) for name, tensor in padded_batch.items()}
+    with torch.no_grad():
+        torch.testing.assert_close(patched(**flipped).last_hidden_state, stock(**flipped).last_hidden_state)
+    assert gathered_rows == []
+
+
+def test_decoder_keeps_the_padded_path(padded_batch, gathered_rows):
+    stock, patched = stock_and_patched(BertLMHeadModel, is_decoder=True)
+    with torch.no_grad():
+        expected = stock(**padded_batch, use_cache=False).logits
+        actual = patched(**padded_batch, use_cache=False).logits
+    mask = padded_batch["attention_mask"]
+    torch.testing.assert_close(at_real_tokens(actual, mask), at_real_tokens(expected, mask))
+    assert gathered_rows == []
+
+
+def _key_padding(keep: torch.Tensor) -> torch.Tensor:
+    """transformers' sdpa mask form: bool [B, 1, T, T], an expanded view of the [B, T] padding mask."""
+    batch, seq_len = keep.shape
+    return keep[:, None, None, :].expand(batch, 1, seq_len, seq_len)
+
+
+def test_token_mask_reads_every_padding_mask_form():
+    keep = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    additive = torch.zeros(2, 1, 4, 4).masked_fill(~_key_padding(keep), torch.finfo(torch.float).min)
+    for mask in (_key_padding(keep), _key_padding(keep).contiguous(), additive):
+        torch.testing.assert_close(token_mask(mask), keep)
+
+
+def test_token_mask_refuses_masks_that_are_not_padding():
+    keep = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    rows_differ = _key_padding(keep).clone()
+    rows_differ[0, 0, 1, 0] = False
+    biased = torch.zeros(2, 1, 4, 4)
+    biased[0, 0, :, 3] = -1.0  # a soft bias, not masking: every token still counts
+    for mask in (None, _key_padding(torch.ones(2, 4, dtype=torch.bool)), rows_differ, biased, keep):
+        assert token_mask(mask) is None
+
+
+def test_unpadding_round_trip():
+    tokens = torch.tensor([[True, True, False], [True, False, False]])
+    unpadding = Unpadding.from_token_mask(tokens)
+    padded = torch.arange(18.0).view(2, 3, 3)  # [B, T, C]
+    packed = unpadding.gather(padded)  # [N, C]
+    assert packed.tolist() == [[0, 1, 2], [3, 4, 5], [9, 10, 11]]
+    restored = unpadding.scatter(packed)
+    torch.testing.assert_close(restored[tokens], padded[tokens])
+    assert restored[~tokens].abs().max() == 0
+
+
+@pytest.fixture
+def first_token_layers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The batch size of each last layer run for the first token only: empty when it ran in full."""
+    batches: list[int] = []
+    through = unpad._first_tokens_through
+
+    def spy(*args: object) -> torch.Tensor:
+        first = through(*args)
+        batches.append(first.shape[0])
+        return first
+
+    monkeypatch.setattr(unpad, "_first_tokens_through", spy)
+    return batches
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "no-padding"])
+def test_classifier_last_layer_runs_first_tokens_only(padded_batch, first_token_layers, padded):
+    """Exact for a [CLS] head: same logits, same loss, same gradient for every parameter."""
+    stock, patched = stock_and_patched(BertForSequenceClassification)
+    batch = padded_batch if padded else {"input_ids": padded_batch["input_ids"][:, :3]}
+    labels = torch.tensor([0, 1, 1])
+    losses = []
+    for model in (stock, patched):
+        model.train()
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        losses.append(loss)
+    assert first_token_layers == [3]
+    torch.testing.assert_close(losses[1], losses[0], atol=0, rtol=1e-5)
+    stock_grads = dict(stock.named_parameters())
+    for name, param in patched.named_parameters():
+        if ".qkv." not in name:
+            torch.testing.assert_close(param.grad, stock_grads[name].grad, atol=1e-7, rtol=1e-4)
+
+
+def test_base_model_of_a_classifier_still_returns_every_token(padded_batch, first_token_layers):
+    """Only the head's own forward asks for [CLS] only: `model.bert(...)` serves embeddings as usual."""
+    stock, patched = stock_and_patched(BertForSequenceClassification)
+    with torch.no_grad():
+        expected = stock.bert(**padded_batch).last_hidden_state
+        actual = patched.bert(**padded_batch).last_hidden_state
+    mask = padded_batch["attention_mask"]
+    torch.testing.assert_close(at_real_tokens(actual, mask), at_real_tokens(expected, mask))
+    assert first_token_layers == []
+
+
+def test_classifier_keeps_its_signature_and_copies():
+    """Trainer and pipelines read `inspect.signature(model.forward)`; a deep copy calls its own weights."""
+    _, patched = stock_and_patched(BertForSequenceClassification)
+    assert list(inspect.signature(patched.forward).parameters)[:2] == ["input_ids", "attention_mask"]
+    copied = copy.deepcopy(patched)
+    assert copied.forward.__self__ is copied
+    assert patch_bert(copied).forward.__func__ is copied.forward.__func__  # idempotent
+
+
+def test_checkpointed_last_layer_runs_in_full(padded_batch, first_token_layers):
+    _, patched = stock_and_patched(BertForSequenceClassification)
+    expected = patched(**padded_batch).logits
+    patched.gradient_checkpointing_enable()
+    patched.train()
+    actual = patched(**padded_batch).logits
+    actual.sum().backward()
+    assert first_token_layers == [3]  # the eval-mode call only
+    torch.testing.assert_close(actual, expected)
