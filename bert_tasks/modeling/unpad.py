@@ -122,7 +122,7 @@ class UnpaddedBertEncoder(BertEncoder):
         unpadding = Unpadding.from_token_mask(tokens)
         kwargs[UNPADDING_KWARG] = unpadding
         layers = list(self.layer)
-        last = layers.pop() if first_token_only and not self._checkpointed(layers[-1]) else None
+        last = layers.pop() if first_token_only and not self._runs_in_full(layers[-1]) else None
         packed = unpadding.gather(hidden_states)  # [N, C]
         for layer_module in layers:
             packed = layer_module(packed, attention_mask, None, **kwargs)
@@ -134,9 +134,12 @@ class UnpaddedBertEncoder(BertEncoder):
             last_hidden_state=torch.cat([first[:, None], rest], dim=1)  # [B, T, C]
         )
 
-    def _checkpointed(self, layer: BertLayer) -> bool:
-        """Gradient checkpointing wraps a layer's whole forward: such a last layer runs in full."""
-        return layer.gradient_checkpointing and layer.training and torch.is_grad_enabled()
+    def _runs_in_full(self, layer: BertLayer) -> bool:
+        """The first-token shortcut calls the layer's parts, not the layer: where the layer's own forward or
+        call does work (gradient checkpointing; FSDP, whose wrapper class gathers the layer's weights
+        around its forward), the last layer runs in full."""
+        wrapped = type(layer) is not BertLayer
+        return wrapped or (layer.gradient_checkpointing and layer.training and torch.is_grad_enabled())
 
     def _can_unpad(
         self, encoder_hidden_states: torch.Tensor | None, cache: Any, kwargs: dict[str, Any]

@@ -225,3 +225,13 @@ def test_checkpointed_last_layer_runs_in_full(padded_batch, first_token_layers):
     actual.sum().backward()
     assert first_token_layers == [3]  # the eval-mode call only
     torch.testing.assert_close(actual, expected)
+
+
+def test_wrapped_last_layer_runs_in_full(padded_batch, first_token_layers):
+    """FSDP2 swaps each layer's class for a wrapper subclass that gathers its weights around forward."""
+    stock, patched = stock_and_patched(BertForSequenceClassification)
+    last = patched.bert.encoder.layer[-1]
+    last.__class__ = type("FSDPBertLayer", (type(last),), {})
+    with torch.no_grad():
+        torch.testing.assert_close(patched(**padded_batch).logits, stock(**padded_batch).logits)
+    assert first_token_layers == []
