@@ -5,6 +5,10 @@ states) plus `run_state.json` (step, epoch, best metric, early-stopping count, l
 yet logged). It is written to `step-N.tmp` and renamed only once complete, so a crash or SIGKILL
 mid-write leaves the previous checkpoint as the latest usable one; the next save clears the debris.
 Checkpoints are taken at optimizer updates only, so no half-accumulated gradient is ever part of one.
+
+`best/` is a plain Hugging Face model dir. Under FSDP, where each process holds a shard of every weight,
+its weights are gathered whole first (`full_state_dict`) and split into the shards again when the run
+restores them (`load_best`).
 """
 
 from __future__ import annotations
@@ -16,8 +20,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
 from accelerate import Accelerator
+from safetensors.torch import load_file
+from torch.distributed.tensor import DTensor, Replicate
 from transformers import PreTrainedModel
+
+from bert_tasks.errors import BertTasksError
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -32,6 +41,7 @@ def save_checkpoint(
 
     Every process must call this (each writes its own RNG state).
     """
+    refuse_under_fsdp(accelerator, f"no checkpoint written at step {step}: ")  # Ctrl-C under FSDP
     folder = output_dir / CHECKPOINT_DIR
     final = folder / f"step-{step:08d}"
     partial = final.with_name(final.name + ".tmp")
@@ -50,14 +60,74 @@ def save_checkpoint(
     return final
 
 
-def save_best(model: PreTrainedModel, output_dir: Path) -> None:
-    """Replace `best/` with `model` through `best.tmp` and a rename: `best/` never holds half a model."""
+def save_best(
+    model: PreTrainedModel, output_dir: Path, state_dict: dict[str, torch.Tensor] | None = None
+) -> None:
+    """Replace `best/` with `model` through `best.tmp` and a rename: `best/` never holds half a model.
+
+    `state_dict` (default: the model's own) is what `full_state_dict` gathered when the model is sharded.
+    """
     final = output_dir / BEST_DIR
     partial = final.with_name(final.name + ".tmp")
     shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
+    model.save_pretrained(partial, state_dict=state_dict)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(partial, final)
+
+
+def full_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole weights under transformers' names on the main process, `{}` on the others.
+
+    Every process must call this: under FSDP each one holds a shard (a DTensor) of every weight, and
+    both the attention's split of its fused `qkv` (a state_dict hook) and the all-gather of each shard are
+    collectives. Not `accelerator.get_state_dict`: under FSDP2 it runs torch's `get_model_state_dict`,
+    which looks each key up as a module attribute and finds no `query`/`key`/`value` (AttributeError).
+    Gathered weights go to CPU, so the main process never holds the whole model on its accelerator.
+    """
+    state_dict = accelerator.unwrap_model(model).state_dict()
+    whole = {
+        name: tensor.full_tensor().cpu() if isinstance(tensor, DTensor) else tensor
+        for name, tensor in state_dict.items()
+    }
+    return whole if accelerator.is_main_process else {}
+
+
+def load_best(model: torch.nn.Module, output_dir: Path) -> None:
+    """Load `best/` into the unwrapped `model`; every process reads it (output_dir is shared).
+
+    Under FSDP the parameters are shards: each whole tensor is wrapped as a DTensor replicated on the
+    parameters' device mesh (every process read the same file, so no communication) and
+    `load_state_dict` copies each process's slice into its shard; the attention's hook fuses the
+    query/key/value DTensors into `qkv` on the way, as it fuses plain tensors. Not torch's
+    `set_model_state_dict`: it turns into DTensors only keys that name a parameter, so query/key/value
+    would reach that hook as plain tensors, which cannot be copied into a DTensor.
+    """
+    state_dict = load_file(output_dir / BEST_DIR / "model.safetensors")
+    mesh = next((param.device_mesh for param in model.parameters() if isinstance(param, DTensor)), None)
+    if mesh is not None:
+        buffers = {name for name, _ in model.named_buffers()}  # FSDP shards parameters only
+        replicate = [Replicate()] * mesh.ndim
+        state_dict = {
+            name: tensor
+            if name in buffers
+            else DTensor.from_local(tensor.to(mesh.device_type), mesh, replicate, run_check=False)
+            for name, tensor in state_dict.items()
+        }
+    model.load_state_dict(state_dict)
+
+
+def refuse_under_fsdp(accelerator: Accelerator, context: str = "") -> None:
+    """One line instead of an AttributeError from deep inside torch when a checkpoint meets FSDP.
+
+    Accelerate saves and loads an FSDP2 model through torch's distributed state dict, which looks each key
+    up as a module attribute; the fused attention's state_dict holds transformers' query/key/value names,
+    which are no attributes of it. best/ and the final model do not depend on this (`full_state_dict`).
+    """
+    if accelerator.is_fsdp2:
+        raise BertTasksError(
+            f"{context}resumable checkpoints (save_every, save_each_epoch, --resume) do not work under "
+            "FSDP yet; train without them, or launch with recipes/accelerate/ddp.yaml"
+        )
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:

@@ -22,12 +22,20 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from datasets import Dataset
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from bert_tasks.allocator import reuse_freed_memory
-from bert_tasks.checkpoints import BEST_DIR, latest_checkpoint, load_run_state, save_best, save_checkpoint
+from bert_tasks.checkpoints import (
+    BEST_DIR,
+    full_state_dict,
+    latest_checkpoint,
+    load_best,
+    load_run_state,
+    refuse_under_fsdp,
+    save_best,
+    save_checkpoint,
+)
 from bert_tasks.config import Config, save_config
 from bert_tasks.data.batching import eval_loader, model_inputs, train_loader
 from bert_tasks.errors import BertTasksError
@@ -81,6 +89,8 @@ def train(cfg: Config) -> Path:
     )
     if accelerator.device.type == "cpu":
         reuse_freed_memory()  # every step allocates the same large tensors again
+    if cfg.save_every or cfg.save_each_epoch or cfg.resume:
+        refuse_under_fsdp(accelerator)
     output_dir, replace_previous = _check_output_dir(cfg)
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
@@ -241,7 +251,7 @@ def _finish(
     best_dir = output_dir / BEST_DIR
     unwrapped = accelerator.unwrap_model(model)
     if state.best_step is not None:
-        unwrapped.load_state_dict(load_file(best_dir / "model.safetensors"))
+        load_best(unwrapped, output_dir)
         accelerator.wait_for_everyone()  # every process has read best/ before the main one deletes it
     metrics: dict[str, Any] = {"best_step": state.best_step, "metric_for_best": metric_name}
     if state.best_scores is not None:
@@ -257,8 +267,9 @@ def _finish(
                     cfg, f"the model's outputs on the {split} data", state.global_step, state, output_dir
                 )
             metrics[split] = scores
+    weights = full_state_dict(accelerator, model)  # every process: gathering FSDP shards is collective
     if accelerator.is_main_process:
-        unwrapped.save_pretrained(output_dir)
+        unwrapped.save_pretrained(output_dir, state_dict=weights)
         tokenizer.save_pretrained(output_dir)
         (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         plot_training_curves(state.history, output_dir / "training_curves.png")
@@ -299,8 +310,9 @@ def _track_best(
     if state.best_metric is None or value > state.best_metric:
         state.best_metric, state.best_step, state.evals_without_improvement = value, state.global_step, 0
         state.best_scores = scores
+        weights = full_state_dict(accelerator, model)  # every process: gathering FSDP shards is collective
         if accelerator.is_main_process:
-            save_best(accelerator.unwrap_model(model), output_dir)
+            save_best(accelerator.unwrap_model(model), output_dir, weights)
         accelerator.wait_for_everyone()
         return False
     state.evals_without_improvement += 1
