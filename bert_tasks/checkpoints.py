@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 from torch.distributed.tensor import DTensor, Replicate
 from transformers import PreTrainedModel
 
-from bert_tasks.errors import BertTasksError
+from bert_tasks.modeling.attention import fused_qkv_names
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -35,20 +35,26 @@ _COMPLETE = re.compile(r"step-(\d+)")
 
 
 def save_checkpoint(
-    accelerator: Accelerator, output_dir: Path, step: int, run_state: dict[str, Any], keep: int
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    output_dir: Path,
+    step: int,
+    run_state: dict[str, Any],
+    keep: int,
 ) -> Path:
     """Save everything needed to continue at `step`, then keep only the newest `keep` checkpoints.
 
-    Every process must call this (each writes its own RNG state).
+    Every process must call this (each writes its own RNG state). The weights keep the fused attention's
+    in-memory names (`fused_qkv_names`), which every launcher, FSDP included, can save and load.
     """
-    refuse_under_fsdp(accelerator, f"no checkpoint written at step {step}: ")  # Ctrl-C under FSDP
     folder = output_dir / CHECKPOINT_DIR
     final = folder / f"step-{step:08d}"
     partial = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:
         _remove_incomplete(folder)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(partial))
+    with fused_qkv_names(accelerator.unwrap_model(model)):
+        accelerator.save_state(str(partial))
     accelerator.wait_for_everyone()  # every process writes its RNG state there: all must finish first
     if accelerator.is_main_process:
         (partial / RUN_STATE).write_text(json.dumps(run_state))
@@ -116,18 +122,10 @@ def load_best(model: torch.nn.Module, output_dir: Path) -> None:
     model.load_state_dict(state_dict)
 
 
-def refuse_under_fsdp(accelerator: Accelerator, context: str = "") -> None:
-    """One line instead of an AttributeError from deep inside torch when a checkpoint meets FSDP.
-
-    Accelerate saves and loads an FSDP2 model through torch's distributed state dict, which looks each key
-    up as a module attribute; the fused attention's state_dict holds transformers' query/key/value names,
-    which are no attributes of it. best/ and the final model do not depend on this (`full_state_dict`).
-    """
-    if accelerator.is_fsdp2:
-        raise BertTasksError(
-            f"{context}resumable checkpoints (save_every, save_each_epoch, --resume) do not work under "
-            "FSDP yet; train without them, or launch with recipes/accelerate/ddp.yaml"
-        )
+def load_checkpoint(accelerator: Accelerator, model: torch.nn.Module, checkpoint: Path) -> None:
+    """Restore model, optimizer, scheduler and RNG states from `checkpoint` (every process)."""
+    with fused_qkv_names(accelerator.unwrap_model(model)):
+        accelerator.load_state(str(checkpoint))
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:

@@ -31,8 +31,8 @@ from bert_tasks.checkpoints import (
     full_state_dict,
     latest_checkpoint,
     load_best,
+    load_checkpoint,
     load_run_state,
-    refuse_under_fsdp,
     save_best,
     save_checkpoint,
 )
@@ -89,8 +89,6 @@ def train(cfg: Config) -> Path:
     )
     if accelerator.device.type == "cpu":
         reuse_freed_memory()  # every step allocates the same large tensors again
-    if cfg.save_every or cfg.save_each_epoch or cfg.resume:
-        refuse_under_fsdp(accelerator)
     output_dir, replace_previous = _check_output_dir(cfg)
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
@@ -134,7 +132,7 @@ def train(cfg: Config) -> Path:
 
     state = RunState()
     if cfg.resume:
-        state = _resume(accelerator, output_dir)
+        state = _resume(accelerator, model, output_dir)
     _log_start(accelerator, cfg, len(encoded["train"]), total_updates, output_dir)
     log_path = output_dir / "train_log.jsonl"
     progress = tqdm(
@@ -224,7 +222,7 @@ def train(cfg: Config) -> Path:
                     window_start += time.perf_counter() - eval_start  # throughput counts training time only
                 if save_due or interrupted:
                     checkpoint = _save_checkpoint(
-                        cfg, accelerator, output_dir, state, running_loss, micro_steps
+                        cfg, accelerator, model, output_dir, state, running_loss, micro_steps
                     )
                 if interrupted:
                     raise _interrupted(cfg, state.global_step, checkpoint, output_dir)
@@ -329,6 +327,7 @@ def _out_of_patience(cfg: Config, state: RunState) -> bool:
 def _save_checkpoint(
     cfg: Config,
     accelerator: Accelerator,
+    model: torch.nn.Module,
     output_dir: Path,
     state: RunState,
     running_loss: torch.Tensor,
@@ -337,7 +336,9 @@ def _save_checkpoint(
     """Checkpoint this update with the loss not logged yet, so a resumed run logs what this one would."""
     state.loss_since_log = accelerator.reduce(running_loss, "mean").item()
     state.micro_steps_since_log = micro_steps
-    return save_checkpoint(accelerator, output_dir, state.global_step, asdict(state), cfg.keep_checkpoints)
+    return save_checkpoint(
+        accelerator, model, output_dir, state.global_step, asdict(state), cfg.keep_checkpoints
+    )
 
 
 def _diverged(cfg: Config, what: str, step: int, state: RunState, output_dir: Path) -> BertTasksError:
@@ -433,10 +434,10 @@ def _create_output_dir(
     accelerator.wait_for_everyone()
 
 
-def _resume(accelerator: Accelerator, output_dir: Path) -> RunState:
+def _resume(accelerator: Accelerator, model: torch.nn.Module, output_dir: Path) -> RunState:
     """Restore model, optimizer, scheduler, RNG states and the loop's own state from the newest checkpoint."""
     checkpoint = latest_checkpoint(output_dir)
-    accelerator.load_state(str(checkpoint))
+    load_checkpoint(accelerator, model, checkpoint)
     state = RunState(**load_run_state(checkpoint))
     if accelerator.is_main_process:
         print(f"resuming from {checkpoint}")

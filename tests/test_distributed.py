@@ -4,9 +4,9 @@ Each launch starts two interpreters (several seconds of imports on two cores), s
 five runs and checks everything against them: a sentiment run with gradient accumulation, mid-run
 checkpoints and uneven evaluation shards; its resumption; an NER run through `-m bert_tasks`, as users
 type it; the same NER run under recipes/accelerate/fsdp.yaml (FSDP2, every weight sharded over the two
-processes), which must save whole Hugging Face weights and end where the DDP run did; and one FSDP run
-that asks for checkpoints. The tiny model has no dropout here, so one process with the same global batch
-(twice the per-device batch) must reach the same numbers. Accelerate's example configs in
+processes), which must save whole Hugging Face weights and end where the DDP run did; and that FSDP run
+resumed from its mid-run checkpoint. The tiny model has no dropout here, so one process with the same
+global batch (twice the per-device batch) must reach the same numbers. Accelerate's example configs in
 recipes/accelerate/ are checked with Accelerate's own loader.
 """
 
@@ -131,9 +131,26 @@ def ner_two(model_dir: Path, runs: Path) -> Path:
 def ner_fsdp(model_dir: Path, runs: Path) -> Path:
     """`ner_two` under fsdp.yaml, scoring the validation file again as its test split after the restore."""
     out = runs / "ner-fsdp"
+    launch(SCRIPT, "finetune", "ner", *_fsdp_overrides(model_dir, out), setup=FSDP)
+    return out
+
+
+def _fsdp_overrides(model_dir: Path, out: Path) -> list[str]:
+    """`ner_two`'s settings, the validation file again as test split, checkpoints at updates 2 and 4."""
     test_file = DATA["ner"][1]
-    overrides = fast_overrides("ner", model_dir, out, batch_size=3, test_file=test_file, **NER)
-    launch(SCRIPT, "finetune", "ner", *overrides, setup=FSDP)
+    return fast_overrides("ner", model_dir, out, batch_size=3, test_file=test_file, save_every=2, **NER)
+
+
+@pytest.fixture(scope="module")
+def ner_fsdp_resumed(ner_fsdp: Path, model_dir: Path, runs: Path) -> Path:
+    """`ner_fsdp` as if killed after its step-2 checkpoint, resumed under FSDP. best/ then held step 2,
+    which stays the run's best (test_fsdp_restores_the_best_weights_before_scoring), so it is put back."""
+    out = shutil.copytree(ner_fsdp, runs / "ner-fsdp-resumed")
+    shutil.rmtree(out / "checkpoints" / "step-00000004")
+    (out / "best-at-finish").rename(out / "best")
+    for name in ("model.safetensors", "metrics.json", "rank0.safetensors", "rank0.json", "rank1.json"):
+        (out / name).unlink()
+    launch(SCRIPT, "finetune", "ner", "--resume", *_fsdp_overrides(model_dir, out), setup=FSDP)
     return out
 
 
@@ -288,19 +305,24 @@ def test_fsdp_restores_the_best_weights_before_scoring(ner_fsdp: Path) -> None:
     assert metrics["test"] == metrics["validation"]
 
 
-def test_fsdp_refuses_checkpoints_in_one_line(model_dir: Path, runs: Path) -> None:
-    """Accelerate's FSDP checkpoints go through torch's distributed state dict, which cannot place the fused
-    attention's query/key/value names: the run says so before training instead of failing at step N."""
-    out = runs / "ner-fsdp-checkpoints"
-    overrides = fast_overrides("ner", model_dir, out, save_every=2)
-    result = launch_result(SCRIPT, "finetune", "ner", *overrides, setup=FSDP)
-    assert result.returncode == 1
-    message = (
-        "bert-tasks: error: resumable checkpoints (save_every, save_each_epoch, --resume) do not work "
-        "under FSDP yet; train without them, or launch with recipes/accelerate/ddp.yaml"
-    )
-    assert result.stderr.count(message) == 2  # from each process (their lines may interleave)
-    assert not out.exists()
+def test_fsdp_run_resumes_where_it_stopped(ner_fsdp: Path, ner_fsdp_resumed: Path) -> None:
+    """Accelerate saves FSDP checkpoints through torch's distributed state dict, which places each key on a
+    module attribute: checkpoints keep the fused `qkv` names, and the resumed sharded run ends with the
+    uninterrupted run's weights, log and scores."""
+    checkpoint = ner_fsdp / "checkpoints" / "step-00000002"
+    assert {"random_states_0.pkl", "random_states_1.pkl"} <= {path.name for path in checkpoint.iterdir()}
+    assert json.loads((ner_fsdp_resumed / "rank0.json").read_text())["sharded"]
+    resumed, uninterrupted = read_log(ner_fsdp_resumed), read_log(ner_fsdp)
+    assert [record["step"] for record in resumed] == [record["step"] for record in uninterrupted]
+    for ours, theirs in zip(resumed, uninterrupted, strict=True):
+        for key in ours.keys() - {"examples_per_s"}:
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), (ours["step"], key)
+    assert validation_scores(ner_fsdp_resumed) == pytest.approx(validation_scores(ner_fsdp))
+    for name in ("rank0.safetensors", "model.safetensors"):
+        expected, actual = load_file(ner_fsdp / name), load_file(ner_fsdp_resumed / name)
+        assert actual.keys() == expected.keys()
+        for key in expected:
+            torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=1e-5, msg=key)
 
 
 def test_length_groups_follow_the_global_batch() -> None:

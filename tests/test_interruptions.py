@@ -237,8 +237,21 @@ def test_nan_outputs_never_replace_the_best_weights(
     assert line.startswith(f"bert-tasks: error: training diverged: {expected}")
     assert line.endswith(f"the best weights so far (step 1) are in {run / 'best'}")
     best = load_file(run / "best" / "model.safetensors")
-    step_1 = load_file(run / "checkpoints" / "step-00000001" / "model.safetensors")
+    step_1 = _transformers_names(load_file(run / "checkpoints" / "step-00000001" / "model.safetensors"))
     assert best.keys() == step_1.keys()
     for name in best:
         torch.testing.assert_close(best[name], step_1[name], msg=name)
     assert latest_checkpoint(run).name == "step-00000001"
+
+
+def _transformers_names(checkpoint: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A training checkpoint's weights (the fused `qkv` names) under a model dir's query/key/value names."""
+    named = {}
+    for name, tensor in checkpoint.items():
+        if ".qkv." in name:
+            prefix, suffix = name.split(".qkv.")
+            for part, chunk in zip(("query", "key", "value"), tensor.chunk(3), strict=True):
+                named[f"{prefix}.{part}.{suffix}"] = chunk
+        else:
+            named[name] = tensor
+    return named

@@ -12,6 +12,8 @@ plain Hugging Face BERT checkpoints.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -72,6 +74,8 @@ class FusedBertSelfAttention(BertSelfAttention):
         self.is_decoder = config.is_decoder
         self.is_causal = is_causal
         self.layer_idx = layer_idx
+        #: False inside `fused_qkv_names`: state_dict() then keeps the in-memory `qkv` names.
+        self.split_qkv_on_save = True
         self.register_state_dict_post_hook(_split_qkv_on_save)
         self.register_load_state_dict_pre_hook(_fuse_qkv_on_load)
 
@@ -189,10 +193,32 @@ class FusedBertSelfAttention(BertSelfAttention):
         return context, probs
 
 
+@contextmanager
+def fused_qkv_names(model: nn.Module) -> Iterator[None]:
+    """Inside this block `state_dict()` keeps the fused `qkv` names: for training checkpoints.
+
+    Accelerate saves and loads an FSDP2 model through torch's distributed state dict, which looks every
+    key up as a module attribute, and transformers' query/key/value names are no attributes of the fused
+    module. A training checkpoint is read back by bert-tasks alone (`--resume`), so it can keep the
+    in-memory names under every launcher; model dirs (`best/`, the final model) keep transformers' names.
+    Loading accepts both forms.
+    """
+    modules = [module for module in model.modules() if isinstance(module, FusedBertSelfAttention)]
+    for module in modules:
+        module.split_qkv_on_save = False
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.split_qkv_on_save = True
+
+
 def _split_qkv_on_save(
     module: FusedBertSelfAttention, state_dict: dict[str, torch.Tensor], prefix: str, local_metadata: Any
 ) -> None:
     """Write the fused projection under transformers' query/key/value names (plain HF checkpoints)."""
+    if not module.split_qkv_on_save:
+        return
     for suffix in ("weight", "bias"):
         fused = state_dict.pop(f"{prefix}qkv.{suffix}")
         for name, part in zip(_PROJECTIONS, fused.chunk(3, dim=0), strict=True):

@@ -17,6 +17,7 @@ from transformers import (
 )
 
 from bert_tasks import BertTasksError, load_model, patch_bert
+from bert_tasks.modeling.attention import fused_qkv_names
 from tests.helpers import at_real_tokens, tiny_bert_config
 
 # Runs in a fresh interpreter in which `import bert_tasks` fails, so only vanilla transformers can load.
@@ -154,3 +155,19 @@ def test_half_written_dir_and_pickle_weights_refused(tmp_path: Path):
 def test_vanilla_auto_class_reads_our_config(fine_tuned_dir: Path):
     model = AutoModelForSequenceClassification.from_pretrained(fine_tuned_dir)
     assert model.config.id2label[1] == "positive"
+
+
+def test_fused_qkv_names_only_inside_the_block(padded_batch):
+    """Training checkpoints keep the in-memory `qkv` names (FSDP's state dict needs attribute names);
+    a model loads either form, and model dirs keep transformers' names outside the block."""
+    torch.manual_seed(0)
+    model = patch_bert(BertForSequenceClassification(tiny_bert_config()).eval())
+    with fused_qkv_names(model):
+        fused = model.state_dict()
+    assert "bert.encoder.layer.0.attention.self.qkv.weight" in fused
+    assert not any(".query." in name for name in fused)
+    assert "bert.encoder.layer.0.attention.self.query.weight" in model.state_dict()
+    reloaded = patch_bert(BertForSequenceClassification(tiny_bert_config()).eval())
+    reloaded.load_state_dict(fused)
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**padded_batch).logits, model(**padded_batch).logits)
