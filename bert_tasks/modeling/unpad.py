@@ -106,6 +106,8 @@ class UnpaddedBertEncoder(BertEncoder):
         tokens = None
         if self._can_unpad(encoder_hidden_states, cache, kwargs):
             tokens = token_mask(attention_mask)
+            if tokens is not None and tokens.shape != hidden_states.shape[:2]:
+                tokens = None  # keys other than the queries' own tokens: not a padding mask of this batch
             if tokens is None and first_token_only and attention_mask is None:
                 # No padding, but the last layer can still skip every token the head does not read.
                 tokens = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)  # [B, T]
@@ -122,7 +124,8 @@ class UnpaddedBertEncoder(BertEncoder):
         unpadding = Unpadding.from_token_mask(tokens)
         kwargs[UNPADDING_KWARG] = unpadding
         layers = list(self.layer)
-        last = layers.pop() if first_token_only and not self._runs_in_full(layers[-1]) else None
+        shortcut = first_token_only and bool(layers) and not self._runs_in_full(layers[-1])
+        last = layers.pop() if shortcut else None
         packed = unpadding.gather(hidden_states)  # [N, C]
         for layer_module in layers:
             packed = layer_module(packed, attention_mask, None, **kwargs)
