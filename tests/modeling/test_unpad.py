@@ -8,14 +8,17 @@ import inspect
 import pytest
 import torch
 from transformers import (
+    AutoTokenizer,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertLMHeadModel,
     BertModel,
+    pipeline,
 )
 
 from bert_tasks import patch_bert
 from bert_tasks.modeling import unpad
+from bert_tasks.modeling.load import bundled_model_dir
 from bert_tasks.modeling.unpad import Unpadding, token_mask
 from tests.helpers import at_real_tokens, tiny_bert_config
 
@@ -235,3 +238,24 @@ def test_wrapped_last_layer_runs_in_full(padded_batch, first_token_layers):
     with torch.no_grad():
         torch.testing.assert_close(patched(**padded_batch).logits, stock(**padded_batch).logits)
     assert first_token_layers == []
+
+
+def test_token_pipeline_over_padded_batches_matches_stock(gathered_rows):
+    """transformers' token-classification pipeline pads batches and marks padding as special tokens, so
+    the zeros a patched model leaves there never reach its entities."""
+    stock, patched = stock_and_patched(BertForTokenClassification, num_labels=5)
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir())
+    texts = [
+        "Aspirin eased the headache.",
+        "Fever.",
+        "The patient developed acute renal failure after cisplatin.",
+    ]
+    found = [
+        pipeline("token-classification", model=model, tokenizer=tokenizer, batch_size=3)(texts)
+        for model in (stock, patched)
+    ]
+    assert gathered_rows  # the batch was padded, and unpadded inside the model
+    for stock_entities, patched_entities in zip(*found, strict=True):
+        assert [e["word"] for e in patched_entities] == [e["word"] for e in stock_entities]
+        assert [e["entity"] for e in patched_entities] == [e["entity"] for e in stock_entities]
+        assert [e["score"] for e in patched_entities] == pytest.approx([e["score"] for e in stock_entities])
