@@ -170,6 +170,31 @@ def at_real_tokens(per_token: torch.Tensor, attention_mask: torch.Tensor) -> tor
     return per_token[attention_mask.bool()]
 
 
+def assert_same_training_step(
+    stock: torch.nn.Module, patched: torch.nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor
+) -> None:
+    """One forward + backward in train mode on each model: equal losses and equal gradients for every
+    parameter (the fused `qkv` against stock's query, key and value gradients, concatenated)."""
+    losses = []
+    for model in (stock, patched):
+        model.train()
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], atol=0, rtol=1e-4)
+    stock_grads = {name: param.grad for name, param in stock.named_parameters()}
+    checked = 0
+    for name, param in patched.named_parameters():
+        if name.endswith(("qkv.weight", "qkv.bias")):
+            prefix, suffix = name.rsplit(".qkv.", 1)
+            want = torch.cat([stock_grads[f"{prefix}.{p}.{suffix}"] for p in ("query", "key", "value")])
+        else:
+            want = stock_grads[name]
+        torch.testing.assert_close(param.grad, want, atol=1e-7, rtol=1e-4, msg=name)
+        checked += 1
+    assert checked == len(list(patched.parameters()))
+
+
 def write_file(tmp_path: Path, name: str, content: str | bytes) -> Path:
     """A file in `tmp_path` with exactly these bytes (or this text as UTF-8): readers' bad-input cases."""
     path = tmp_path / name

@@ -160,6 +160,16 @@ def ner_one(model_dir: Path, runs: Path) -> Path:
         return train(tiny_config("ner", model_dir, runs / "ner-one", batch_size=6, **NER))
 
 
+def assert_same_logs(run: Path, reference: Path, rel: float, abs_tol: float) -> None:
+    """The same log records, update by update (throughput aside: it is wall-clock)."""
+    ours, theirs = read_log(run), read_log(reference)
+    assert [record["step"] for record in ours] == [record["step"] for record in theirs]
+    for mine, other in zip(ours, theirs, strict=True):
+        assert mine.keys() == other.keys()
+        for key in mine.keys() - {"examples_per_s"}:
+            assert mine[key] == pytest.approx(other[key], rel=rel, abs=abs_tol), (mine["step"], key)
+
+
 def validation_scores(run: Path) -> dict[str, float]:
     """Every number in the run's validation metrics, flattened (pytest.approx compares flat dicts only)."""
     flat: dict[str, float] = {}
@@ -197,12 +207,7 @@ def test_two_processes_train_like_one_with_the_same_global_batch(
 ) -> None:
     """Same rows in each update and the same schedule: logs, scores and final weights agree."""
     out, _ = sentiment_two
-    two, one = read_log(out), read_log(sentiment_one)
-    assert [record["step"] for record in two] == [record["step"] for record in one]
-    for ours, theirs in zip(two, one, strict=True):
-        assert ours.keys() == theirs.keys()
-        for key in ours.keys() - {"examples_per_s"}:
-            assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (ours["step"], key)
+    assert_same_logs(out, sentiment_one, rel=1e-4, abs_tol=1e-6)
     assert validation_scores(out) == pytest.approx(validation_scores(sentiment_one))
     expected, actual = load_file(sentiment_one / "model.safetensors"), load_file(out / "model.safetensors")
     for name in expected:
@@ -267,11 +272,7 @@ def test_fsdp_run_trains_like_ddp(ner_fsdp: Path, ner_two: Path) -> None:
     for rank in range(2):
         record = json.loads((ner_fsdp / f"rank{rank}.json").read_text())
         assert record == {"num_processes": 2, "step": 5, "all_reduces": 0, "sharded": True}
-    fsdp, ddp = read_log(ner_fsdp), read_log(ner_two)
-    assert [record["step"] for record in fsdp] == [record["step"] for record in ddp]
-    for ours, theirs in zip(fsdp, ddp, strict=True):
-        for key in ours.keys() - {"examples_per_s"}:
-            assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), (ours["step"], key)
+    assert_same_logs(ner_fsdp, ner_two, rel=1e-5, abs_tol=1e-7)
     assert validation_scores(ner_fsdp) == pytest.approx(validation_scores(ner_two))
     expected, actual = load_file(ner_two / "model.safetensors"), load_file(ner_fsdp / "model.safetensors")
     assert actual.keys() == expected.keys()
@@ -312,11 +313,7 @@ def test_fsdp_run_resumes_where_it_stopped(ner_fsdp: Path, ner_fsdp_resumed: Pat
     checkpoint = ner_fsdp / "checkpoints" / "step-00000002"
     assert {"random_states_0.pkl", "random_states_1.pkl"} <= {path.name for path in checkpoint.iterdir()}
     assert json.loads((ner_fsdp_resumed / "rank0.json").read_text())["sharded"]
-    resumed, uninterrupted = read_log(ner_fsdp_resumed), read_log(ner_fsdp)
-    assert [record["step"] for record in resumed] == [record["step"] for record in uninterrupted]
-    for ours, theirs in zip(resumed, uninterrupted, strict=True):
-        for key in ours.keys() - {"examples_per_s"}:
-            assert ours[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), (ours["step"], key)
+    assert_same_logs(ner_fsdp_resumed, ner_fsdp, rel=1e-5, abs_tol=1e-7)
     assert validation_scores(ner_fsdp_resumed) == pytest.approx(validation_scores(ner_fsdp))
     for name in ("rank0.safetensors", "model.safetensors"):
         expected, actual = load_file(ner_fsdp / name), load_file(ner_fsdp_resumed / name)

@@ -17,7 +17,7 @@ from transformers.models.bert.modeling_bert import BertSelfAttention, eager_atte
 
 from bert_tasks import patch_bert
 from bert_tasks.modeling.attention import FusedBertSelfAttention
-from tests.helpers import at_real_tokens, tiny_bert_config
+from tests.helpers import assert_same_training_step, at_real_tokens, tiny_bert_config
 
 
 def stock_and_patched(model_class, attn_implementation: str = "eager", **overrides):
@@ -81,25 +81,7 @@ def test_train_mode_loss_and_gradients_match(attn_implementation, padded_batch):
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    labels = torch.tensor([0, 1, 1])
-    losses = []
-    for model in (stock, patched):
-        model.train()
-        loss = model(**padded_batch, labels=labels).loss
-        loss.backward()
-        losses.append(loss)
-    torch.testing.assert_close(losses[1], losses[0], atol=0, rtol=1e-4)
-    stock_grads = {name: p.grad for name, p in stock.named_parameters()}
-    checked = 0
-    for name, param in patched.named_parameters():
-        if name.endswith(("qkv.weight", "qkv.bias")):
-            prefix, suffix = name.rsplit(".qkv.", 1)
-            want = torch.cat([stock_grads[f"{prefix}.{p}.{suffix}"] for p in ("query", "key", "value")])
-        else:
-            want = stock_grads[name]
-        torch.testing.assert_close(param.grad, want, atol=1e-7, rtol=1e-4)
-        checked += 1
-    assert checked == len(list(patched.parameters()))
+    assert_same_training_step(stock, patched, padded_batch, labels=torch.tensor([0, 1, 1]))
 
 
 def test_bf16_autocast_within_bf16_tolerance(padded_batch):

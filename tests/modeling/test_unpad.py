@@ -20,7 +20,7 @@ from bert_tasks import patch_bert
 from bert_tasks.modeling import unpad
 from bert_tasks.modeling.load import bundled_model_dir
 from bert_tasks.modeling.unpad import Unpadding, token_mask
-from tests.helpers import at_real_tokens, tiny_bert_config
+from tests.helpers import assert_same_training_step, at_real_tokens, tiny_bert_config
 
 
 @pytest.fixture
@@ -63,18 +63,8 @@ def test_token_classification_gradients_match_through_unpadding(padded_batch, ga
     stock, patched = stock_and_patched(BertForTokenClassification, num_labels=3)
     labels = torch.randint(0, 3, padded_batch["input_ids"].shape, generator=torch.Generator().manual_seed(1))
     labels[padded_batch["attention_mask"] == 0] = -100
-    losses = []
-    for model in (stock, patched):
-        model.train()
-        loss = model(**padded_batch, labels=labels).loss
-        loss.backward()
-        losses.append(loss)
+    assert_same_training_step(stock, patched, padded_batch, labels)
     assert gathered_rows
-    torch.testing.assert_close(losses[1], losses[0], atol=0, rtol=1e-5)
-    stock_grads = dict(stock.named_parameters())
-    for name, param in patched.named_parameters():
-        if ".qkv." not in name:
-            torch.testing.assert_close(param.grad, stock_grads[name].grad, atol=1e-7, rtol=1e-4)
 
 
 def test_gradient_checkpointing_through_unpadding(padded_batch, gathered_rows):
@@ -184,19 +174,8 @@ def test_classifier_last_layer_runs_first_tokens_only(padded_batch, first_token_
     """Exact for a [CLS] head: same logits, same loss, same gradient for every parameter."""
     stock, patched = stock_and_patched(BertForSequenceClassification)
     batch = padded_batch if padded else {"input_ids": padded_batch["input_ids"][:, :3]}
-    labels = torch.tensor([0, 1, 1])
-    losses = []
-    for model in (stock, patched):
-        model.train()
-        loss = model(**batch, labels=labels).loss
-        loss.backward()
-        losses.append(loss)
+    assert_same_training_step(stock, patched, batch, labels=torch.tensor([0, 1, 1]))
     assert first_token_layers == [3]
-    torch.testing.assert_close(losses[1], losses[0], atol=0, rtol=1e-5)
-    stock_grads = dict(stock.named_parameters())
-    for name, param in patched.named_parameters():
-        if ".qkv." not in name:
-            torch.testing.assert_close(param.grad, stock_grads[name].grad, atol=1e-7, rtol=1e-4)
 
 
 def test_base_model_of_a_classifier_still_returns_every_token(padded_batch, first_token_layers):
