@@ -171,10 +171,11 @@ def _first_tokens_through(
 ) -> torch.Tensor:
     """The last layer for each sequence's first token only: [N, C] in, [B, C] out.
 
-    Keys and values still come from every token; the query, the attention output projection, the
-    feed-forward and the LayerNorms run on B rows instead of N, which is exact for a head that reads the
-    first token only (the pooler of `BertFor{SequenceClassification,MultipleChoice,...}`): those rows are
-    computed as in the full layer, and no other row reaches the loss.
+    The fused q/k/v projection still runs on every token (keys and values need them all); the
+    attention queries, the output projection, the feed-forward and the LayerNorms run on B rows instead
+    of N. That is exact for a head that reads the first token only (the pooler of
+    `BertFor{SequenceClassification,MultipleChoice,...}`): those rows are computed as in the full layer,
+    and no other row reaches the loss.
     """
     first = unpadding.first_tokens()  # [B]
     context, _ = layer.attention.self(
