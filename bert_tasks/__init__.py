@@ -1,11 +1,35 @@
-"""bert-tasks: fine-tune BERT on sentiment and NER with a fused-QKV SDPA attention, HF-format checkpoints."""
+"""bert-tasks: fine-tune BERT on sentiment and NER with a fused-QKV SDPA attention, HF-format checkpoints.
 
-from bert_tasks.config import Config, load_recipe
-from bert_tasks.errors import BertTasksError
-from bert_tasks.modeling import DEFAULT_MODEL, load_model, load_tokenizer, patch_bert
-from bert_tasks.predict import EntityTagger, Predictor, SentimentClassifier
-from bert_tasks.training import train
+The public names are imported on first use (PEP 562): `bert-tasks predict` then loads what prediction
+needs and skips the training and plotting stack (matplotlib, scikit-learn), about 0.5 s of every start.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bert_tasks.config import Config, load_recipe
+    from bert_tasks.errors import BertTasksError
+    from bert_tasks.modeling import DEFAULT_MODEL, load_model, load_tokenizer, patch_bert
+    from bert_tasks.predict import EntityTagger, Predictor, SentimentClassifier
+    from bert_tasks.training import train
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "DEFAULT_MODEL": "bert_tasks.modeling",
+    "BertTasksError": "bert_tasks.errors",
+    "Config": "bert_tasks.config",
+    "EntityTagger": "bert_tasks.predict",
+    "Predictor": "bert_tasks.predict",
+    "SentimentClassifier": "bert_tasks.predict",
+    "load_model": "bert_tasks.modeling",
+    "load_recipe": "bert_tasks.config",
+    "load_tokenizer": "bert_tasks.modeling",
+    "patch_bert": "bert_tasks.modeling",
+    "train": "bert_tasks.training",
+}
 __all__ = [
     "DEFAULT_MODEL",
     "BertTasksError",
@@ -20,3 +44,15 @@ __all__ = [
     "train",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bert_tasks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -351,3 +351,18 @@ def test_console_script_finetune_then_predict(tiny_model: Path, tmp_path: Path) 
     records = [json.loads(line) for line in predict.stdout.splitlines()]
     assert [record["text"] for record in records] == ["Loved it.", "Hated it."]
     assert all(record["label"] in LABELS["sentiment"] for record in records)
+
+
+def test_predict_skips_the_training_and_plotting_imports(sentiment_dir: Path) -> None:
+    """`bert-tasks predict` starts without importing matplotlib, scikit-learn or the training loop."""
+    code = (
+        "import sys\n"
+        "from bert_tasks.cli import main\n"
+        f"status = main(['predict', 'sentiment', '--model', {str(sentiment_dir)!r}, 'Loved it.'])\n"
+        "print([name for name in ('matplotlib', 'sklearn', 'bert_tasks.training') if name in sys.modules])\n"
+        "sys.exit(status)\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1] == "[]"

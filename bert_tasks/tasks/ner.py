@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from datasets import Dataset, DatasetDict
 from datasets.fingerprint import generate_random_fingerprint
-from seqeval.metrics.sequence_labeling import get_entities
 from transformers import BatchEncoding, BertForTokenClassification, DataCollatorForTokenClassification
 
 from bert_tasks.data.hub import hub_split_names
@@ -362,6 +361,9 @@ class NerTask(Task):
 
         An entity's score is the mean probability of the tags chosen for its words.
         """
+        # seqeval pulls in scikit-learn (a slow import): deferred so that sentiment commands skip it.
+        from seqeval.metrics.sequence_labeling import get_entities
+
         predicted = self.predict_tags(raw, encoded, window_logits, id2label)
         if "text" not in raw.column_names or "word_offsets" not in raw.column_names:
             rows = zip(raw["tokens"], predicted, strict=True)

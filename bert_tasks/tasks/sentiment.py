@@ -23,7 +23,6 @@ from transformers import BertForSequenceClassification, DataCollatorWithPadding,
 from bert_tasks.data.text_classification import read_hub_text_classification, read_text_classification
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.base import Task, score_table
-from bert_tasks.viz import plot_confusion_matrix
 
 if TYPE_CHECKING:
     from evaluate import EvaluationModule
@@ -195,6 +194,8 @@ class SentimentTask(Task):
 
     def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
         """The confusion matrix as a PNG."""
+        from bert_tasks.viz import plot_confusion_matrix  # matplotlib: a slow import only evaluation needs
+
         return [
             plot_confusion_matrix(
                 metrics["confusion_matrix"], metrics["labels"], out_dir / "confusion_matrix.png"
