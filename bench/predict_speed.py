@@ -6,6 +6,9 @@ On the same model dir and texts, interleaved over --repeats (median reported):
   bert-tasks      SentimentClassifier(dir)(texts) / EntityTagger(dir)(texts), batch 64, in this process
   bert-tasks-cli  `bert-tasks predict <task> --model DIR --file F --json` as a subprocess: start-up, imports
                   and model load included, nothing subtracted
+  pipeline-script the pipeline as a user runs it on a file, for a like-for-like comparison with the CLI: a
+                  subprocess (PIPELINE_SCRIPT) that imports transformers, builds the same pipeline, reads the
+                  same file and prints one JSON line per text
 The in-process implementations are loaded once (the "load s" column) and warmed up on 64 texts before
 timing. Sentiment texts: SST-2 dev sentences; NER texts: BC5CDR test sentences, words joined by spaces.
 tokens/s counts real sub-tokens (the tokenizer's ids per text, specials included, no padding), the same
@@ -50,9 +53,27 @@ from transformers import AutoTokenizer, pipeline
 from bert_tasks import EntityTagger, SentimentClassifier
 
 BATCH_SIZE = 64
+#: The implementations that run as a fresh process per call (no warm-up; start-up included).
+SUBPROCESSES = ("bert-tasks-cli", "pipeline-script")
 #: An implementation: texts -> outputs that compare across implementations, a label per text (sentiment)
 #: or a set of (start, end, label) spans per text (NER).
 Predict = Callable[[list[str]], list[Any]]
+
+
+#: `python -c` program: the least a user writes to run the pipeline over a JSON-lines file of texts.
+PIPELINE_SCRIPT = """
+import json, sys
+from transformers import pipeline
+task, model_dir, path, batch_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+texts = [json.loads(line)["text"] for line in open(path, encoding="utf-8") if line.strip()]
+if task == "sentiment":
+    pipe = pipeline("text-classification", model=model_dir, batch_size=batch_size, device="cpu")
+else:
+    pipe = pipeline("token-classification", model=model_dir, aggregation_strategy="simple",
+                    batch_size=batch_size, device="cpu")
+for text, result in zip(texts, pipe(texts)):
+    print(json.dumps({"text": text, "result": result}, default=float))
+"""
 
 
 def cli_command() -> list[str]:
@@ -105,7 +126,17 @@ def load_implementations(
             return [record["label"] for record in records]
         return [{(e["start"], e["end"], e["label"]) for e in record["entities"]} for record in records]
 
+    script = [sys.executable, "-c", PIPELINE_SCRIPT, task, model_dir, str(text_file), str(BATCH_SIZE)]
+
+    def pipeline_script(_: list[str]) -> list[Any]:
+        done = subprocess.run(script, capture_output=True, text=True, check=True)
+        results = [json.loads(line)["result"] for line in done.stdout.splitlines() if line.startswith("{")]
+        if task == "sentiment":
+            return [result["label"] for result in results]
+        return [{(e["start"], e["end"], e["entity_group"]) for e in result} for result in results]
+
     implementations["bert-tasks-cli"] = cli
+    implementations["pipeline-script"] = pipeline_script
     return implementations, {"pipeline": pipe_load, "bert-tasks": ours_load}
 
 
@@ -126,7 +157,7 @@ def bench_task(task: str, model_dir: str, texts: list[str], args: argparse.Names
         text_file.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts))
         implementations, load_seconds = load_implementations(task, model_dir, text_file)
         for name, predict in implementations.items():
-            if name != "bert-tasks-cli":
+            if name not in SUBPROCESSES:
                 predict(texts[:BATCH_SIZE])  # warm-up: allocator, oneDNN kernels
         seconds: dict[str, list[float]] = {name: [] for name in implementations}
         outputs: dict[str, list[Any]] = {}
@@ -169,6 +200,10 @@ def bench_task(task: str, model_dir: str, texts: list[str], args: argparse.Names
                 f"{100 * row['agreement_with_pipeline']:.2f}%",
             ]
         )
+    cli_vs_script = ratio(median(seconds["pipeline-script"]), median(seconds["bert-tasks-cli"]))
+    for row in rows:
+        if row["impl"] == "bert-tasks-cli":
+            row["vs_pipeline_script"] = cli_vs_script
     return rows
 
 
@@ -212,6 +247,12 @@ def main() -> None:
     if args.ner_model:
         texts = [" ".join(words) for words in read_conll(args.ner_texts, args.max_texts)[0]]
         rows += bench_task("ner", args.ner_model, texts, args)
+    for row in rows:
+        if "vs_pipeline_script" in row:
+            print(
+                f"{row['task']}: bert-tasks-cli vs pipeline-script, both fresh processes: "
+                f"{times(row['vs_pipeline_script'])}"
+            )
     write_json(args.json, rows)
 
 
