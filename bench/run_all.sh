@@ -12,7 +12,7 @@ run() {
 }
 run levers python bench/levers.py
 run attention python bench/attention.py --repeats 4
-run finetune_sentiment python bench/finetune_sentiment.py
+run finetune_sentiment python bench/finetune_sentiment.py --repeats 3
 OMP_NUM_THREADS=1 taskset -c 1 python bench/profile_step.py > bench/results/profile_step.log 2>&1
 run finetune_sentiment_quality python bench/finetune_sentiment.py --quality --output-dir runs/sentiment_sst2
 run finetune_ner_bc5cdr python bench/finetune_ner.py --corpus bc5cdr --output-dir runs/ner_bc5cdr
