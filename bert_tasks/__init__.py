@@ -1,7 +1,7 @@
 """bert-tasks: fine-tune BERT on sentiment and NER with a fused-QKV SDPA attention, HF-format checkpoints.
 
 The public names are imported on first use (PEP 562): `bert-tasks predict` then loads what prediction
-needs and skips the training and plotting stack (matplotlib, scikit-learn), about 0.5 s of every start.
+needs and skips the training and plotting stack (matplotlib, scikit-learn), about 1 s of every start.
 """
 
 from __future__ import annotations
