@@ -86,7 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("task", choices=TASK_NAMES)
     predict.add_argument("texts", nargs="*", metavar="TEXT")
     predict.add_argument("--model", help="saved model dir (default: runs/<task>)")
-    predict.add_argument("--file", help="texts to label: one per line, or JSONL with a 'text' field")
+    predict.add_argument(
+        "--file", help="texts to label: one per line, or JSONL with a 'text' field; - reads standard input"
+    )
     predict.add_argument("--json", action="store_true", help="one JSON object per text, for programs")
     predict.add_argument("--batch-size", type=int, default=64)
     predict.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
@@ -200,10 +202,15 @@ def _as_record(task: str, text: str, prediction: Any) -> dict[str, Any]:
 
 
 def _read_texts(path: str) -> list[str]:
-    """Texts from a file: JSONL objects with a 'text' field, or one plain text per non-blank line."""
-    from bert_tasks.data.files import read_utf8
+    """Texts from a file, or standard input for `-`: JSONL objects with a 'text' field, or one plain text
+    per non-blank line."""
+    from bert_tasks.data.files import decode_utf8, read_utf8
 
-    lines = read_utf8(path).splitlines()  # one-line errors for missing, empty, non-UTF-8 files
+    if path == "-":
+        path = "<stdin>"
+        lines = decode_utf8(sys.stdin.buffer.read(), path).splitlines()
+    else:
+        lines = read_utf8(path).splitlines()  # one-line errors for missing, empty, non-UTF-8 files
     texts = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

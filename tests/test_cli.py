@@ -7,6 +7,7 @@ traceback; argparse mistakes exit with status 2.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -216,6 +217,39 @@ def test_predict_file_plain_lines_and_jsonl(
     assert main(argv) == 0
     texts = [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()]
     assert texts == ["Argument.", "From JSON.", "Also."]
+
+
+def test_predict_file_dash_reads_standard_input(
+    sentiment_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--file -` reads the texts from standard input, lines or JSONL as from a file."""
+    piped = b'{"text": "From a pipe."}\nSecond line.\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(piped), encoding="utf-8"))
+    capsys.readouterr()
+    assert main(["predict", "sentiment", "--model", str(sentiment_dir), "--json", "--file", "-"]) == 0
+    texts = [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()]
+    assert texts == ["From a pipe.", "Second line."]
+
+
+@pytest.mark.parametrize(
+    ("piped", "message"),
+    [
+        (b"", "nothing to predict"),
+        (b"fine\n{not json\n", "<stdin>:2: invalid JSON"),
+        (b"fine\ncaf\xe9\n", "<stdin>:2: byte 0xe9 at offset 8 is not UTF-8"),
+    ],
+)
+def test_predict_bad_standard_input_exits_1(
+    sentiment_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    piped: bytes,
+    message: str,
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(piped), encoding="utf-8"))
+    capsys.readouterr()
+    assert main(["predict", "sentiment", "--model", str(sentiment_dir), "--file", "-"]) == 1
+    assert message in error_line(capsys)
 
 
 @pytest.mark.parametrize(

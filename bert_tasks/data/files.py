@@ -24,12 +24,17 @@ def read_utf8(path: str | Path) -> str:
     data = path.read_bytes()
     if not data.strip():
         raise BertTasksError(f"{path}: the file is empty; give a file with at least one example")
+    return decode_utf8(data, str(path))
+
+
+def decode_utf8(data: bytes, source: str) -> str:
+    """`data` as text; non-UTF-8 input raises a BertTasksError naming `source` and the line."""
     try:
         return data.decode("utf-8-sig")  # -sig: tolerate the byte-order mark spreadsheet exports add
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise BertTasksError(
-            f"{path}:{line}: byte 0x{data[e.start]:02x} at offset {e.start} is not UTF-8; "
+            f"{source}:{line}: byte 0x{data[e.start]:02x} at offset {e.start} is not UTF-8; "
             "re-save the file as UTF-8"
         ) from None
 
