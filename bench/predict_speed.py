@@ -85,6 +85,13 @@ def cli_command() -> list[str]:
     return [found]
 
 
+def pipeline_outputs(task: str, results: list[Any]) -> list[Any]:
+    """The pipeline's results, comparable across implementations: labels, or (start, end, label) spans."""
+    if task == "sentiment":
+        return [result["label"] for result in results]
+    return [{(e["start"], e["end"], e["entity_group"]) for e in result} for result in results]
+
+
 def load_implementations(
     task: str, model_dir: str, text_file: Path
 ) -> tuple[dict[str, Predict], dict[str, float]]:
@@ -95,7 +102,7 @@ def load_implementations(
         )
         ours, ours_load = timed(lambda: SentimentClassifier(model_dir, batch_size=BATCH_SIZE))
         implementations: dict[str, Predict] = {
-            "pipeline": lambda texts: [p["label"] for p in pipe(texts)],
+            "pipeline": lambda texts: pipeline_outputs(task, pipe(texts)),
             "bert-tasks": lambda texts: [p["label"] for p in ours(texts)],
         }
     else:
@@ -110,9 +117,7 @@ def load_implementations(
         )
         ours, ours_load = timed(lambda: EntityTagger(model_dir, batch_size=BATCH_SIZE))
         implementations = {
-            "pipeline": lambda texts: [
-                {(e["start"], e["end"], e["entity_group"]) for e in p} for p in pipe(texts)
-            ],
+            "pipeline": lambda texts: pipeline_outputs(task, pipe(texts)),
             "bert-tasks": lambda texts: [
                 {(e["start"], e["end"], e["label"]) for e in p} for p in ours(texts)
             ],
@@ -131,9 +136,7 @@ def load_implementations(
     def pipeline_script(_: list[str]) -> list[Any]:
         done = subprocess.run(script, capture_output=True, text=True, check=True)
         results = [json.loads(line)["result"] for line in done.stdout.splitlines() if line.startswith("{")]
-        if task == "sentiment":
-            return [result["label"] for result in results]
-        return [{(e["start"], e["end"], e["entity_group"]) for e in result} for result in results]
+        return pipeline_outputs(task, results)
 
     implementations["bert-tasks-cli"] = cli
     implementations["pipeline-script"] = pipeline_script
@@ -167,6 +170,7 @@ def bench_task(task: str, model_dir: str, texts: list[str], args: argparse.Names
                 seconds[name].append(elapsed)
 
     base = len(texts) / median(seconds["pipeline"])
+    cli_vs_script = ratio(median(seconds["pipeline-script"]), median(seconds["bert-tasks-cli"]))
     rows = []
     for name in implementations:
         texts_per_s = len(texts) / median(seconds[name])
@@ -185,6 +189,8 @@ def bench_task(task: str, model_dir: str, texts: list[str], args: argparse.Names
             "vs_pipeline": ratio(texts_per_s, base),
             "agreement_with_pipeline": round(agreement(task, outputs["pipeline"], outputs[name]), 4),
         }
+        if name == "bert-tasks-cli":
+            row["vs_pipeline_script"] = cli_vs_script
         rows.append(row)
         table_row(
             [
@@ -200,10 +206,6 @@ def bench_task(task: str, model_dir: str, texts: list[str], args: argparse.Names
                 f"{100 * row['agreement_with_pipeline']:.2f}%",
             ]
         )
-    cli_vs_script = ratio(median(seconds["pipeline-script"]), median(seconds["bert-tasks-cli"]))
-    for row in rows:
-        if row["impl"] == "bert-tasks-cli":
-            row["vs_pipeline_script"] = cli_vs_script
     return rows
 
 
