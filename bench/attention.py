@@ -29,9 +29,9 @@ from common import machine_line
 from transformers import BertForSequenceClassification
 
 from bert_tasks import load_model
+from bert_tasks.insight.peak_memory import peak_memory_bytes
 from bert_tasks.modeling.load import resolve_model_path
 from bert_tasks.modeling.patch import set_attention_dropout
-from bert_tasks.profiling import peak_memory_bytes
 
 NO_ATTENTION_DROPOUT = "bert-tasks attn-drop 0"
 IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks", NO_ATTENTION_DROPOUT)

@@ -58,6 +58,7 @@ from transformers import (
 
 from bert_tasks import Config, load_recipe, train
 from bert_tasks.modeling.load import resolve_model_path
+from bert_tasks.runtime import reuse_freed_memory
 
 CORPORA = ("bc5cdr", "ncbi_disease", "conll2003")
 #: The issue's baseline settings.
@@ -216,6 +217,7 @@ def run_bert_tasks(cfg: Config) -> dict[str, Any]:
 
 
 def main() -> None:
+    reuse_freed_memory()  # what the CLI sets for its process: the library leaves it to the caller
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -62,6 +62,7 @@ from transformers import (
 
 from bert_tasks import Config, load_recipe, train
 from bert_tasks.modeling.load import resolve_model_path
+from bert_tasks.runtime import reuse_freed_memory
 
 TRAINERS = ("trainer-default", "trainer-tuned")
 IMPLEMENTATIONS = (*TRAINERS, "bert-tasks")
@@ -259,6 +260,7 @@ def quality(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    reuse_freed_memory()  # what the CLI sets for its process: the library leaves it to the caller
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -32,9 +32,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import BertConfig
 
 from bert_tasks import load_model
-from bert_tasks.allocator import reuse_freed_memory
 from bert_tasks.modeling.attention import FusedBertSelfAttention
 from bert_tasks.modeling.dropout import fast_dropout
+from bert_tasks.runtime import reuse_freed_memory
 
 HEADS, HEAD_SIZE, HIDDEN, VOCAB = 12, 32, 384, 30522
 

@@ -23,8 +23,9 @@ from typing import Any
 import datasets
 import transformers
 
-from bert_tasks.evaluation import read_labelled_file
-from bert_tasks.predict import Predictor
+from bert_tasks.inference.evaluate import read_labelled_file
+from bert_tasks.inference.predictor import Predictor
+from bert_tasks.runtime import reuse_freed_memory
 
 #: name -> Predictor options.
 PRECISIONS: dict[str, dict[str, Any]] = {
@@ -39,7 +40,7 @@ def bench_task(task: str, model_dir: Path, data: str, repeats: int) -> list[dict
     predictors = {
         name: Predictor(model_dir, batch_size=64, **options) for name, options in PRECISIONS.items()
     }
-    raw = read_labelled_file(predictors["fp32"], model_dir, data)
+    raw = read_labelled_file(model_dir, data)
     tokenizer = predictors["fp32"].tokenizer
     column = "text" if task == "sentiment" else "tokens"
     tokens = sum(
@@ -77,6 +78,7 @@ def bench_task(task: str, model_dir: Path, data: str, repeats: int) -> list[dict
 
 
 def main() -> None:
+    reuse_freed_memory()  # what the CLI sets for its process: the library leaves it to the caller
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

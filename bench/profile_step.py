@@ -21,9 +21,9 @@ from common import machine_line, quiet, read_tsv
 from torch.profiler import profile
 from transformers import AutoTokenizer
 
-from bert_tasks.allocator import reuse_freed_memory
 from bert_tasks.modeling.load import bundled_model_dir, load_model
 from bert_tasks.modeling.patch import set_attention_dropout
+from bert_tasks.runtime import reuse_freed_memory
 
 #: Self time of these ops, summed per group; everything else is "other".
 GROUPS = {

@@ -10,24 +10,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bert_tasks.config import Config, load_recipe
+    from bert_tasks.config import DEFAULT_MODEL, Config, load_recipe
     from bert_tasks.errors import BertTasksError
-    from bert_tasks.modeling import DEFAULT_MODEL, load_model, load_tokenizer, patch_bert
-    from bert_tasks.predict import EntityTagger, Predictor, SentimentClassifier
+    from bert_tasks.inference.predictor import EntityTagger, Predictor, SentimentClassifier
+    from bert_tasks.model_dir import load_finetuned
+    from bert_tasks.modeling import load_model, load_tokenizer, patch_bert
+    from bert_tasks.tasks import Task, register_task
     from bert_tasks.training import train
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "DEFAULT_MODEL": "bert_tasks.modeling",
+    "DEFAULT_MODEL": "bert_tasks.config",
     "BertTasksError": "bert_tasks.errors",
     "Config": "bert_tasks.config",
-    "EntityTagger": "bert_tasks.predict",
-    "Predictor": "bert_tasks.predict",
-    "SentimentClassifier": "bert_tasks.predict",
+    "EntityTagger": "bert_tasks.inference.predictor",
+    "Predictor": "bert_tasks.inference.predictor",
+    "SentimentClassifier": "bert_tasks.inference.predictor",
+    "Task": "bert_tasks.tasks",
+    "load_finetuned": "bert_tasks.model_dir",
     "load_model": "bert_tasks.modeling",
     "load_recipe": "bert_tasks.config",
     "load_tokenizer": "bert_tasks.modeling",
     "patch_bert": "bert_tasks.modeling",
+    "register_task": "bert_tasks.tasks",
     "train": "bert_tasks.training",
 }
 __all__ = [
@@ -37,10 +42,13 @@ __all__ = [
     "EntityTagger",
     "Predictor",
     "SentimentClassifier",
+    "Task",
+    "load_finetuned",
     "load_model",
     "load_recipe",
     "load_tokenizer",
     "patch_bert",
+    "register_task",
     "train",
 ]
 __version__ = "0.1.0"

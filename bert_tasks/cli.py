@@ -1,26 +1,37 @@
 """The `bert-tasks` command: argument parsing and dispatch only.
 
+It imports nothing heavy: parsing, `--help`, and every mistake that needs no model (config keys and
+values, recipes, data files, model dirs) are answered before torch or transformers load. Each command
+function forwards its options to the library, which imports what the command needs.
+
 Every user mistake surfaces as a BertTasksError: printed as one line, exit status 1, with the traceback
-only under --debug. Ctrl-C exits with status 130 (finetune first writes a checkpoint to resume from).
+only under --debug. Ctrl-C exits with status 130 and SIGTERM with 143 (finetune first writes a checkpoint
+to resume from); a closed standard output (`| head`) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
+import os
+import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
+from bert_tasks import __version__
+from bert_tasks.config import DEFAULT_MODEL, Config
 from bert_tasks.errors import BertTasksError
-from bert_tasks.memory import DTYPES
-from bert_tasks.modeling.load import DEFAULT_MODEL
-from bert_tasks.quantize import QUANTIZE_METHODS
-from bert_tasks.tasks import TASK_NAMES
+from bert_tasks.model_dir import QUANTIZE_METHODS
+from bert_tasks.runtime import configure_cli_process
+from bert_tasks.tasks import task_names
 
 #: Pickle-based weights (pytorch_model.bin) can run arbitrary code when loaded: only on request.
 ALLOW_PICKLE_HELP = "also load pickle-based pytorch_model.bin weights (only from a source you trust)"
+#: What `bert-tasks memory --dtype` takes (bert_tasks.insight.memory.DTYPES maps them to torch dtypes).
+DTYPE_NAMES = ("fp32", "bf16", "fp16")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,9 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     getattr(args, args.positionals).extend(extra[:split] + extra[split + 1 :])
-    _quiet_libraries()
+    configure_cli_process()
     try:
-        args.run(args)
+        with _console_logging(quiet=args.quiet):
+            args.run(args)
     except BertTasksError as error:
         if args.debug:
             raise
@@ -45,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt as interrupt:  # finetune's says where its checkpoint is and how to resume
         print(f"bert-tasks: {str(interrupt) or 'interrupted'}", file=sys.stderr)
-        return 130
+        return 128 + getattr(interrupt, "signal_number", signal.SIGINT)
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing more can be shown; Python must not complain on exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     return 0
 
 
@@ -55,18 +71,26 @@ def _parser() -> argparse.ArgumentParser:
         description="Fine-tune BERT models on sentiment and NER, evaluate them, and predict.",
     )
     parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    parser.add_argument("--quiet", action="store_true", help="print results and warnings only, no progress")
+    parser.add_argument("--version", action="version", version=f"bert-tasks {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    tasks = task_names()
 
-    finetune = commands.add_parser("finetune", help="train a model (defaults: bundled model + demo data)")
-    finetune.add_argument("task", choices=TASK_NAMES)
+    finetune = commands.add_parser(
+        "finetune",
+        help="train a model (defaults: bundled model + demo data)",
+        epilog=_config_keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    finetune.add_argument("task", choices=tasks)
     finetune.add_argument("--recipe", help="a recipes/*.yaml file; key=value overrides win over it")
     finetune.add_argument("--resume", action="store_true", help="continue the run in output_dir")
-    finetune.add_argument("--overwrite", action="store_true", help="replace what output_dir holds")
+    finetune.add_argument("--overwrite", action="store_true", help="replace the previous run in output_dir")
     finetune.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. lr=3e-5")
     finetune.set_defaults(run=_finetune, positionals="overrides")
 
     evaluate = commands.add_parser("evaluate", help="score a saved model on a labelled file")
-    evaluate.add_argument("task", choices=TASK_NAMES)
+    evaluate.add_argument("task", choices=tasks)
     evaluate.add_argument("--model", help="saved model dir (default: runs/<task>)")
     evaluate.add_argument("--data", required=True, help="labelled file in any format finetune reads")
     evaluate.add_argument(
@@ -83,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(run=_evaluate, positionals="overrides")
 
     predict = commands.add_parser("predict", help="label texts with a saved model")
-    predict.add_argument("task", choices=TASK_NAMES)
+    predict.add_argument("task", choices=tasks)
     predict.add_argument("texts", nargs="*", metavar="TEXT")
     predict.add_argument("--model", help="saved model dir (default: runs/<task>)")
     predict.add_argument(
@@ -109,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     memory.add_argument("--model", default=DEFAULT_MODEL, help=f"a BERT model dir (default: {DEFAULT_MODEL})")
     memory.add_argument("--batch", type=int, default=8)
     memory.add_argument("--seq-len", type=int, default=512)
-    memory.add_argument("--dtype", choices=DTYPES, default="fp32")
+    memory.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
     memory.set_defaults(run=_memory, positionals="unexpected", unexpected=[])
 
     export = commands.add_parser("export", help="write a reusable quantized copy of a saved model")
@@ -118,6 +142,44 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--quantize", choices=QUANTIZE_METHODS, required=True)
     export.set_defaults(run=_export, positionals="out")
     return parser
+
+
+@contextmanager
+def _console_logging(quiet: bool) -> Iterator[None]:
+    """The library logs; the CLI shows its records on stderr, so stdout holds results only (`--json`).
+
+    Installed for the command's duration only, so calling `main` from Python leaves logging as it was.
+    """
+    library = logging.getLogger("bert_tasks")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = library.level
+    library.setLevel(logging.WARNING if quiet else logging.INFO)
+    library.addHandler(handler)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        library.setLevel(level)
+
+
+def _config_keys_help() -> str:
+    """Every config key with its default and meaning, from the Config definition itself."""
+    rows = [(f.name, _default_text(f), f.metadata.get("help", "")) for f in dataclasses.fields(Config)]
+    rows = [row for row in rows if row[0] != "task"]
+    width = max(len(f"{name}={default}") for name, default, _ in rows)
+    lines = [f"  {f'{name}={default}':<{width}}  {meaning}" for name, default, meaning in rows]
+    return (
+        "config keys (key=value; defaults before task defaults, see README 'Recipes and config'):\n"
+        + "\n".join(lines)
+    )
+
+
+def _default_text(field: dataclasses.Field) -> str:
+    default = field.default
+    if default is dataclasses.MISSING or default is None:
+        return "none"
+    return str(default).lower() if isinstance(default, bool) else str(default)
 
 
 def _finetune(args: argparse.Namespace) -> None:
@@ -130,7 +192,10 @@ def _finetune(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from bert_tasks.evaluation import evaluate_file
+    from pathlib import Path
+
+    from bert_tasks.inference.evaluate import evaluate_file
+    from bert_tasks.tasks import task_class
 
     model_dir = Path(args.model or f"runs/{args.task}")
     out_dir = Path(args.out) if args.out else model_dir / f"eval-{Path(args.data).stem}"
@@ -140,103 +205,64 @@ def _evaluate(args: argparse.Namespace) -> None:
         args.data,
         args.overrides,
         out_dir,
-        quiet=args.json,
         quantize=args.quantize,
         allow_pickle=args.allow_pickle,
     )
     if args.json:
         print(json.dumps(metrics, indent=2))
+    else:
+        print(task_class(args.task)().render_metrics(metrics))
 
 
 def _predict(args: argparse.Namespace) -> None:
-    from bert_tasks.predict import PREDICTORS
+    from bert_tasks.data.files import read_texts
+    from bert_tasks.model_dir import read_policy
 
-    texts = list(args.texts) + (_read_texts(args.file) if args.file else [])
+    texts = list(args.texts) + (read_texts(args.file) if args.file else [])
     if not texts:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
     if args.batch_size < 1:
         raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
-    predictor = PREDICTORS[args.task](
-        args.model or f"runs/{args.task}",
-        batch_size=args.batch_size,
-        quantize=args.quantize,
-        allow_pickle=args.allow_pickle,
+    model_dir = args.model or f"runs/{args.task}"
+    read_policy(model_dir, args.task)  # a wrong or damaged model dir is answered before torch loads
+    from bert_tasks.inference.predictor import Predictor
+
+    predictor = Predictor(
+        model_dir, batch_size=args.batch_size, quantize=args.quantize, allow_pickle=args.allow_pickle
     )
     predictions = predictor.predict(texts)
     if args.json:
         for text, prediction in zip(texts, predictions, strict=True):
-            print(json.dumps(_as_record(args.task, text, prediction), ensure_ascii=False))
+            print(json.dumps(predictor.task.record(text, prediction), ensure_ascii=False))
     else:
         print(predictor.task.render_predictions(texts, predictions))
 
 
 def _attention(args: argparse.Namespace) -> None:
-    from bert_tasks.attention_maps import draw_attention
-
     text = " ".join(args.text)
     if not text.strip():
         raise BertTasksError('nothing to draw: give a text, e.g. bert-tasks attention "The patient is ill"')
+    from bert_tasks.insight.attention_maps import draw_attention
+
     path, _ = draw_attention(text, args.model, args.layer, args.head, args.out)
     print(f"attention heatmap written to {path}")
 
 
 def _memory(args: argparse.Namespace) -> None:
-    from bert_tasks.memory import attention_memory, render_memory
-
     if args.unexpected:
         raise BertTasksError(f"memory takes no positional arguments, got: {' '.join(args.unexpected)}")
+    from bert_tasks.insight.memory import attention_memory, render_memory
+
     print(render_memory(attention_memory(args.model, args.batch, args.seq_len, args.dtype)))
 
 
 def _export(args: argparse.Namespace) -> None:
-    from bert_tasks.quantize import export_quantized
-
     if len(args.out) != 1:
         raise BertTasksError(f"export needs one OUT directory, got {len(args.out)}")
+    from bert_tasks.inference.quantize import export_quantized
+
     sizes = export_quantized(args.model, args.out[0], args.quantize)
     print(f"{args.quantize} model written to {args.out[0]}; weights in memory: {sizes}")
-
-
-def _as_record(task: str, text: str, prediction: Any) -> dict[str, Any]:
-    return {"text": text, **prediction} if task == "sentiment" else {"text": text, "entities": prediction}
-
-
-def _read_texts(path: str) -> list[str]:
-    """Texts from a file, or standard input for `-`: JSONL objects with a 'text' field, or one plain text
-    per non-blank line."""
-    from bert_tasks.data.files import decode_utf8, read_utf8
-
-    if path == "-":
-        path = "<stdin>"
-        lines = decode_utf8(sys.stdin.buffer.read(), path).splitlines()
-    else:
-        lines = read_utf8(path).splitlines()  # one-line errors for missing, empty, non-UTF-8 files
-    texts = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("{"):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise BertTasksError(f"{path}:{number}: invalid JSON ({error.msg})") from error
-            if not isinstance(record.get("text"), str):
-                raise BertTasksError(f"{path}:{number}: JSON line has no 'text' string field")
-            texts.append(record["text"])
-        else:
-            texts.append(line)
-    return texts
-
-
-def _quiet_libraries() -> None:
-    """Our own progress bars and messages say what happens; silence the libraries' per-load chatter."""
-    import datasets
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
 
 
 if __name__ == "__main__":

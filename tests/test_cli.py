@@ -361,6 +361,7 @@ def test_evaluate_json_stdout_is_json(
     assert printed == json.loads((tmp_path / "metrics.json").read_text())
 
 
+@pytest.mark.slow  # fresh processes that import torch
 def test_console_script_finetune_then_predict(tiny_model: Path, tmp_path: Path) -> None:
     """The installed `bert-tasks` entry point works end to end in a fresh process."""
     script = Path(sys.executable).with_name("bert-tasks")
@@ -373,7 +374,7 @@ def test_console_script_finetune_then_predict(tiny_model: Path, tmp_path: Path) 
         [command, "finetune", "sentiment", *overrides], capture_output=True, text=True, env=env, timeout=120
     )
     assert finetune.returncode == 0, finetune.stderr[-2000:]
-    assert f"model saved to {out}" in finetune.stdout
+    assert f"model saved to {out}" in finetune.stderr  # progress and summary go to stderr, results to stdout
     predict = subprocess.run(
         [command, "predict", "sentiment", "--model", str(out), "--json", "Loved it.", "Hated it."],
         capture_output=True,
@@ -387,6 +388,7 @@ def test_console_script_finetune_then_predict(tiny_model: Path, tmp_path: Path) 
     assert all(record["label"] in LABELS["sentiment"] for record in records)
 
 
+@pytest.mark.slow  # fresh processes that import torch
 def test_predict_skips_the_training_and_plotting_imports(sentiment_dir: Path) -> None:
     """`bert-tasks predict` starts without importing matplotlib, scikit-learn or the training loop."""
     code = (

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bert_tasks.config import TASK_DEFAULTS, Config, load_recipe, save_config
+from bert_tasks.config import Config, load_recipe, save_config
 from bert_tasks.errors import BertTasksError
+from bert_tasks.tasks import NerTask
 
 
 def write(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:
@@ -24,7 +25,7 @@ def test_precedence_defaults_task_recipe_overrides(tmp_path: Path) -> None:
     assert cfg.batch_size == 8  # recipe beats task default (16)
     assert cfg.max_length == 200  # recipe beats task default (256)
     assert cfg.weight_decay == Config(task="ner").weight_decay  # dataclass default
-    assert load_recipe(None, task="ner").max_length == TASK_DEFAULTS["ner"]["max_length"]
+    assert load_recipe(None, task="ner").max_length == NerTask.config_defaults["max_length"]
 
 
 def test_task_defaults_point_sentiment_at_packaged_demo_data() -> None:
@@ -148,9 +149,11 @@ def test_zero_epochs_allowed_with_max_steps() -> None:
     assert load_recipe(None, ["epochs=0", "max_steps=10"], task="sentiment").max_steps == 10
 
 
-def test_dataset_and_train_file_are_exclusive() -> None:
-    with pytest.raises(BertTasksError, match="bad config: dataset="):
-        load_recipe(None, ["dataset=glue/sst2", "train_file=a.tsv"], task="sentiment")
+def test_dataset_and_files_combine_split_by_split() -> None:
+    """One rule for splits (data/splits.py): a file given for a split wins over the hub dataset's."""
+    cfg = load_recipe(None, ["dataset=glue/sst2", "validation_file=dev.tsv"], task="sentiment")
+    assert cfg.dataset == "glue/sst2" and cfg.validation_file.endswith("dev.tsv")
+    assert cfg.train_file is None  # the demo default does not apply once a dataset is named
 
 
 def test_relative_paths_resolve_against_cwd_and_expand_home(

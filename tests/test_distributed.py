@@ -43,6 +43,8 @@ from tests.helpers import (
     train_steps,
 )
 
+#: Every test here launches real processes with `accelerate launch`.
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).with_name("distributed_train.py")
 ACCELERATE_CONFIGS = sorted((ROOT / "recipes" / "accelerate").glob("*.yaml"))
@@ -60,12 +62,13 @@ NER = {"eval_batch_size": 3, "eval_every": 1}
 
 
 def launch(*args: object, setup: list[object] = DDP) -> str:
-    """Run `accelerate launch` with two CPU processes and return its stdout; fail with its output."""
+    """Run `accelerate launch` with two CPU processes and return its log (the CLI's progress and summary
+    lines, on stderr); fail with its output."""
     result = launch_result(*args, setup=setup)
     assert result.returncode == 0, (
         f"{' '.join(result.args)}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     )
-    return result.stdout
+    return result.stderr
 
 
 def launch_result(*args: object, setup: list[object] = DDP) -> subprocess.CompletedProcess[str]:
@@ -95,7 +98,7 @@ def model_dir(runs: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def sentiment_two(model_dir: Path, runs: Path) -> tuple[Path, str]:
-    """Two processes, per-device batch 2: (output dir, stdout)."""
+    """Two processes, per-device batch 2: (output dir, log)."""
     out = runs / "sentiment-two"
     overrides = fast_overrides("sentiment", model_dir, out, batch_size=2, **SENTIMENT)
     return out, launch(SCRIPT, "finetune", "sentiment", *overrides)
@@ -224,11 +227,11 @@ def test_every_validation_row_is_scored_once(sentiment_two: tuple[Path, str]) ->
 def test_only_the_main_process_prints_logs_and_saves(sentiment_two: tuple[Path, str]) -> None:
     """One start line (per-device, accumulation and effective batch), one log record per update, and
     checkpoints holding every process's RNG state."""
-    out, stdout = sentiment_two
-    assert stdout.count("bert-tasks finetune sentiment:") == 1
-    assert "2 process(es)" in stdout
-    assert "batch 2 per device x accum 2 = effective 8" in stdout
-    assert stdout.count("model saved to") == 1
+    out, log = sentiment_two
+    assert log.count("bert-tasks finetune sentiment:") == 1
+    assert "2 process(es)" in log
+    assert "batch 2 per device x accum 2 = effective 8" in log
+    assert log.count("model saved to") == 1
     assert train_steps(out) == list(range(1, 8))
     checkpoints = sorted((out / "checkpoints").iterdir())
     assert [path.name for path in checkpoints] == ["step-00000003", "step-00000006"]
@@ -240,8 +243,8 @@ def test_resumed_two_process_run_ends_where_the_uninterrupted_one_did(
     sentiment_two: tuple[Path, str], sentiment_resumed: tuple[Path, str]
 ) -> None:
     """Resume from step 3 (mid-epoch, then across the epoch boundary): every rank reaches the same weights."""
-    resumed, stdout = sentiment_resumed
-    assert stdout.count("resuming from") == 1
+    resumed, log = sentiment_resumed
+    assert log.count("resuming from") == 1
     for rank in range(2):
         expected = load_file(sentiment_two[0] / f"rank{rank}.safetensors")
         actual = load_file(resumed / f"rank{rank}.safetensors")

@@ -25,11 +25,11 @@ from accelerate import Accelerator
 from safetensors.torch import load_file
 from transformers import BertForSequenceClassification
 
-from bert_tasks.checkpoints import latest_checkpoint, save_best
 from bert_tasks.cli import main
 from bert_tasks.errors import BertTasksError
-from bert_tasks.stopping import TrainingInterrupted
 from bert_tasks.training import train
+from bert_tasks.training.checkpoints import latest_checkpoint, save_best
+from bert_tasks.training.stopping import TrainingInterrupted
 from tests.helpers import fast_overrides, read_log, tiny_bert_config, tiny_config
 
 DRIVER = Path(__file__).resolve().parent / "interrupted_run.py"
@@ -111,6 +111,7 @@ def test_resuming_a_finished_run_is_refused(uninterrupted: Path, tiny_model: Pat
         train(tiny_config("sentiment", tiny_model, run, resume=True, **SETTINGS))
 
 
+@pytest.mark.slow  # real processes, killed and resumed
 def test_sigkill_between_checkpoints_then_resume(
     uninterrupted: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -123,6 +124,7 @@ def test_sigkill_between_checkpoints_then_resume(
     assert_same_run(tmp_path / "run", uninterrupted)
 
 
+@pytest.mark.slow  # real processes, killed and resumed
 def test_sigkill_during_a_checkpoint_write_then_resume(
     uninterrupted: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -140,6 +142,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume(
     assert sorted(path.name for path in (run / "checkpoints").iterdir()) == ["step-00000005", "step-00000006"]
 
 
+@pytest.mark.slow  # real processes, killed and resumed
 def test_ctrl_c_checkpoints_exits_130_and_the_printed_command_resumes(
     uninterrupted: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

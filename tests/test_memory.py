@@ -10,7 +10,7 @@ import pytest
 from transformers import BertModel
 
 from bert_tasks.cli import main
-from bert_tasks.memory import MemoryReport, attention_matrix_bytes, attention_memory, render_memory
+from bert_tasks.insight.memory import MemoryReport, attention_matrix_bytes, attention_memory, render_memory
 from tests.helpers import tiny_bert_config
 
 BATCH, SEQ_LEN, HEADS, WIDTH = 2, 512, 4, 32

@@ -14,7 +14,7 @@ import pytest
 
 from bert_tasks.data.ner_files import words_with_offsets
 from bert_tasks.errors import BertTasksError
-from bert_tasks.predict import EntityTagger, Predictor, SentimentClassifier
+from bert_tasks.inference.predictor import EntityTagger, Predictor, SentimentClassifier
 from tests.helpers import LABELS, LONG_NER_TEXT, LONG_REVIEW
 
 SHORT_TEXTS = ["Loved it.", "The battery died after a day, which was a shame.", "Fine.", "Not good at all."]
@@ -37,8 +37,8 @@ def tagger(ner_run: Path) -> EntityTagger:
 
 def test_predictor_reads_the_saved_policy(classifier: SentimentClassifier, tagger: EntityTagger) -> None:
     """Prediction windows inputs the way training did (max_length/stride from config.json)."""
-    assert (classifier.max_length, classifier.stride) == (32, 8)
-    assert (tagger.max_length, tagger.stride) == (32, 8)
+    assert (classifier.policy.max_length, classifier.policy.stride) == (32, 8)
+    assert (tagger.policy.max_length, tagger.policy.stride) == (32, 8)
     assert list(classifier.id2label.values()) == LABELS["sentiment"]
     assert list(tagger.id2label.values()) == LABELS["ner"]
 
@@ -105,7 +105,9 @@ def test_wrong_task_dir_names_the_right_command(sentiment_run: Path, ner_run: Pa
 
 def test_base_model_dir_is_not_a_predictor(tiny_model: Path, tmp_path: Path) -> None:
     """A plain encoder (not fine-tuned) is refused with a pointer to finetune; a missing dir is too."""
-    with pytest.raises(BertTasksError, match=r"not a sentiment or NER model.*bert-tasks finetune"):
+    with pytest.raises(
+        BertTasksError, match=r"not a fine-tuned model of a bert-tasks task.*bert-tasks finetune"
+    ):
         Predictor(tiny_model)
     with pytest.raises(BertTasksError, match="no such directory"):
         SentimentClassifier(tmp_path / "missing")
@@ -115,7 +117,7 @@ def test_long_sentiment_text_is_windowed_and_read_to_the_end(classifier: Sentime
     """A ~65-word text is several windows but one prediction, and its last words change the score."""
     raw = classifier.task.texts_to_raw([LONG_REVIEW, "Short."])
     encoded = classifier.task.encode(
-        raw, classifier.tokenizer, None, classifier.max_length, classifier.stride
+        raw, classifier.tokenizer, None, classifier.policy.max_length, classifier.policy.stride
     )
     assert len(encoded) >= len(raw) + 2  # the long text alone is 3+ windows
     results = classifier([LONG_REVIEW, "Short."])
@@ -127,7 +129,7 @@ def test_long_sentiment_text_is_windowed_and_read_to_the_end(classifier: Sentime
 def test_long_ner_text_offsets_hold_past_the_first_window(tagger: EntityTagger) -> None:
     """A ~50-word sentence is windowed; entities are found after the first window, with exact offsets."""
     raw = tagger.task.texts_to_raw([LONG_NER_TEXT])
-    encoded = tagger.task.encode(raw, tagger.tokenizer, None, tagger.max_length, tagger.stride)
+    encoded = tagger.task.encode(raw, tagger.tokenizer, None, tagger.policy.max_length, tagger.policy.stride)
     assert len(encoded) >= 3
     covered = {word for window in encoded["word_ids"] for word in window if word >= 0}
     words, offsets = words_with_offsets(LONG_NER_TEXT)

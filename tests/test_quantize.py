@@ -14,8 +14,8 @@ from transformers import AutoModelForSequenceClassification
 
 from bert_tasks.cli import main
 from bert_tasks.errors import BertTasksError
-from bert_tasks.predict import EntityTagger, SentimentClassifier
-from bert_tasks.quantize import check_method, export_quantized, quantize_model, weight_bytes
+from bert_tasks.inference.predictor import EntityTagger, SentimentClassifier
+from bert_tasks.inference.quantize import check_method, export_quantized, quantize_model, weight_bytes
 from bert_tasks.training import train
 from tests.helpers import DATA, read_conll, tiny_config
 

@@ -7,6 +7,7 @@ the loop's bookkeeping is tested for real without the 90 MB default model.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -19,7 +20,7 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 
 from bert_tasks.config import load_recipe
 from bert_tasks.errors import BertTasksError
-from bert_tasks.predict import SentimentClassifier
+from bert_tasks.inference.predictor import SentimentClassifier
 from bert_tasks.training import train
 from tests.helpers import (
     DATA,
@@ -33,6 +34,7 @@ from tests.helpers import (
     write_conll,
     write_jsonl,
 )
+from tests.reference_run import REFERENCE, reference_runs
 
 AUTO_CLASSES = {"sentiment": AutoModelForSequenceClassification, "ner": AutoModelForTokenClassification}
 
@@ -161,10 +163,10 @@ def test_early_stopping_stops_after_patience_evals(tiny_model: Path, tmp_path: P
 
 
 def test_unknown_metric_for_best_is_a_user_error(tiny_model: Path, tmp_path: Path) -> None:
-    """A metric name the task does not compute fails with the names it does compute."""
-    cfg = tiny_config("sentiment", tiny_model, tmp_path / "out", max_steps=1, metric_for_best="f2")
+    """A metric name the task does not compute fails with the names it does compute, as the config loads."""
     with pytest.raises(BertTasksError, match=r"metric_for_best='f2'.*accuracy"):
-        train(cfg)
+        tiny_config("sentiment", tiny_model, tmp_path / "out", max_steps=1, metric_for_best="f2")
+    assert not (tmp_path / "out").exists()
 
 
 def test_non_empty_output_dir_is_refused_and_kept(tiny_model: Path, tmp_path: Path) -> None:
@@ -179,11 +181,21 @@ def test_non_empty_output_dir_is_refused_and_kept(tiny_model: Path, tmp_path: Pa
 
 
 def test_overwrite_replaces_a_previous_run(sentiment_run: Path, tiny_model: Path, tmp_path: Path) -> None:
-    """overwrite=true removes the old run's files (a stale extra file too) and writes the new run."""
+    """overwrite=true replaces what the old run wrote (its manifest), and never a file the user added:
+    with one there it refuses, names it and deletes nothing."""
     out = shutil.copytree(sentiment_run, tmp_path / "out")
-    (out / "stale.txt").write_text("old")
-    train(tiny_config("sentiment", tiny_model, out, max_steps=2, overwrite=True, validation_file=None))
-    assert not (out / "stale.txt").exists()
+    (out / "notes.txt").write_text("mine")
+    cfg = tiny_config("sentiment", tiny_model, out, max_steps=2, overwrite=True, validation_file=None)
+    before = sorted(path.name for path in out.iterdir())
+    with pytest.raises(
+        BertTasksError, match=r"holds notes\.txt, which no bert-tasks run wrote; nothing was deleted"
+    ):
+        train(cfg)
+    assert sorted(path.name for path in out.iterdir()) == before
+    (out / "notes.txt").unlink()
+    (out / "best").mkdir()  # a run's own entry, as one killed before its end leaves it
+    train(cfg)
+    assert not (out / "best").exists()
     assert train_steps(out) == [1, 2]
     assert load_recipe(out / "recipe.yaml").max_steps == 2
 
@@ -224,7 +236,7 @@ def test_resumed_run_ends_where_an_uninterrupted_one_does(tiny_model: Path, tmp_
 
 
 def test_long_sentiment_texts_are_windowed_and_scored_once(
-    tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Long texts become several training windows, yet each validation text counts once in the metrics."""
     rows = [{"text": f"{LONG_REVIEW} Visit {i}.", "label": LABELS["sentiment"][i % 2]} for i in range(6)]
@@ -233,23 +245,25 @@ def test_long_sentiment_texts_are_windowed_and_scored_once(
     cfg = tiny_config(
         "sentiment", tiny_model, tmp_path / "out", train_file=train_file, validation_file=validation
     )
-    out = train(cfg)
-    windows = int(re.search(r"(\d+) training windows", capsys.readouterr().out).group(1))
+    with caplog.at_level(logging.INFO, "bert_tasks"):
+        out = train(cfg)
+    windows = int(re.search(r"(\d+) training windows", caplog.text).group(1))
     assert windows >= 3 * len(rows)
     validation_metrics = json.loads((out / "metrics.json").read_text())["validation"]
     assert sum(map(sum, validation_metrics["confusion_matrix"])) == len(rows)
 
 
 def test_long_ner_sentence_is_windowed_in_training(
-    tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A ~50-word sentence at max_length=32 yields several windows; no word is cut from the gold."""
     sentences = [*read_conll(DATA["ner"][0])[:8], long_ner_sentence()]
     train_file = write_conll(tmp_path / "train.conll", sentences)
     validation = write_conll(tmp_path / "validation.conll", [long_ner_sentence()])
     cfg = tiny_config("ner", tiny_model, tmp_path / "out", train_file=train_file, validation_file=validation)
-    out = train(cfg)
-    windows = int(re.search(r"(\d+) training windows", capsys.readouterr().out).group(1))
+    with caplog.at_level(logging.INFO, "bert_tasks"):
+        out = train(cfg)
+    windows = int(re.search(r"(\d+) training windows", caplog.text).group(1))
     assert windows >= len(sentences) + 2
     per_type = json.loads((out / "metrics.json").read_text())["validation"]["per_type"]
     assert {name: row["support"] for name, row in per_type.items()} == {"Chemical": 6, "Disease": 3}
@@ -281,3 +295,32 @@ def test_attention_dropout_override_is_trained_with_and_saved(tiny_model: Path, 
     saved = json.loads((out / "config.json").read_text())
     assert saved["attention_probs_dropout_prob"] == 0.0
     assert saved["hidden_dropout_prob"] == 0.1  # the other dropouts stay the model's
+
+
+def test_the_tiny_recipe_gives_the_stored_weights_and_log(tmp_path: Path) -> None:
+    """The tiny sentiment and NER recipes end with the log, scores and weights that the code before the
+    renovation (run object, task registry, model-dir contract) gave, pinned in fixtures/reference_run.json.
+
+    Compared to 1e-5 relative, not bit for bit: the reference was written on one CPU kind, and another
+    kind's GEMM kernels round differently."""
+    stored = json.loads(REFERENCE.read_text())
+    got = reference_runs(tmp_path)
+    assert got.keys() == stored.keys()
+    for task in stored:
+        assert_same_tree(got[task], stored[task], task)
+
+
+def assert_same_tree(got: object, want: object, where: str) -> None:
+    """Equal structure and strings; numbers equal to 1e-5 relative."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), where
+        for key in want:
+            assert_same_tree(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same_tree(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6), where
+    else:
+        assert got == want, where

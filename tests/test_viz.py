@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.viz import plot_confusion_matrix, plot_training_curves
+from bert_tasks.insight.plots import plot_confusion_matrix, plot_training_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

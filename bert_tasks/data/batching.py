@@ -30,14 +30,18 @@ def model_inputs(batch: dict[str, torch.Tensor], with_labels: bool = True) -> di
 
 
 class RowCollator:
-    """Wrap a task's collator so each batch also says which encoded rows it holds."""
+    """The one collator path: the task's padding of the model inputs, plus the encoded row of each window.
 
-    def __init__(self, collate: Collate) -> None:
-        self.collate = collate
+    Bookkeeping columns (`example_id`, NER's `word_ids`) stay in the encoded dataset, where decoding
+    reads them; only model inputs are padded, and `row` says where each window's logits belong.
+    """
+
+    def __init__(self, pad: Collate) -> None:
+        self.pad = pad
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        rows = torch.tensor([feature.pop("row") for feature in features])  # [B]
-        batch = self.collate(features)
+        rows = torch.tensor([feature["row"] for feature in features])  # [B]
+        batch = self.pad([{k: v for k, v in f.items() if k in MODEL_INPUTS} for f in features])
         batch["row"] = rows
         return batch
 

@@ -7,6 +7,7 @@ reported the same way everywhere.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,15 +53,37 @@ def json_records(path: str | Path, text: str) -> Iterator[tuple[str, dict[str, A
         return
     # split("\n"), not splitlines(): JSON strings may legitimately contain U+2028 and the like.
     for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
+        if line.strip():
+            yield f"{path}:{number}", _json_line(f"{path}:{number}", line)
+
+
+def read_texts(path: str) -> list[str]:
+    """Texts to predict from a file, or standard input for `-`: one per non-blank line, where a line that
+    opens with `{` is a JSON object with a 'text' field (so JSONL files and mixed pipes both work)."""
+    if path == "-":
+        path = "<stdin>"
+        lines = decode_utf8(sys.stdin.buffer.read(), path).splitlines()
+    else:
+        lines = read_utf8(path).splitlines()  # one-line errors for missing, empty, non-UTF-8 files
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        if not line.lstrip().startswith("{"):
+            texts += [line] if line.strip() else []
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BertTasksError(
-                f"{path}:{number}: invalid JSON ({e.msg}); write one JSON object per line"
-            ) from None
-        yield _object(f"{path}:{number}", record)
+        record = _json_line(f"{path}:{number}", line)
+        if not isinstance(record.get("text"), str):
+            raise BertTasksError(f"{path}:{number}: JSON line has no 'text' string field")
+        texts.append(record["text"])
+    return texts
+
+
+def _json_line(where: str, line: str) -> dict[str, Any]:
+    """One JSON Lines record, which must be an object."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BertTasksError(f"{where}: invalid JSON ({e.msg}); write one JSON object per line") from None
+    return _object(where, record)[1]
 
 
 def _object(where: str, record: Any) -> tuple[str, dict[str, Any]]:

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import regex
-from datasets import ClassLabel, Dataset
 
 from bert_tasks.data.files import json_records, read_utf8
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
+    from datasets import Dataset
+
     from bert_tasks.config import Config
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ def words_with_offsets(text: str) -> tuple[list[str], list[tuple[int, int]]]:
 
 def texts_to_dataset(texts: list[str]) -> Dataset:
     """Raw texts -> the `tokens`/`text`/`word_offsets` dataset that prediction encodes and decodes."""
+    from datasets import Dataset
+
     split = [words_with_offsets(text) for text in texts]
     return Dataset.from_dict(
         {
@@ -161,7 +164,7 @@ def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     repairs.report()
     if not tokens:
         raise BertTasksError(f"{path}: no sentences found (only -DOCSTART- or blank lines); check the file")
-    return Dataset.from_dict({"tokens": tokens, "tags": tags})
+    return _token_dataset(tokens, tags)
 
 
 def _tokens_and_tags(
@@ -197,6 +200,12 @@ def read_jsonl_tokens(path: str | Path, tokens_column: str = "tokens", tag_colum
         tokens.append(words)
         tags.append(fixed)
     repairs.report()
+    return _token_dataset(tokens, tags)
+
+
+def _token_dataset(tokens: list[list[str]], tags: list[list[str]]) -> Dataset:
+    from datasets import Dataset  # deferred: every line is checked before the library loads
+
     return Dataset.from_dict({"tokens": tokens, "tags": tags})
 
 
@@ -286,6 +295,8 @@ def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
             "; ".join(cut_reports[:5]),
             " ..." if len(cut_reports) > 5 else "",
         )
+    from datasets import Dataset
+
     return Dataset.from_dict(columns)
 
 
@@ -296,6 +307,8 @@ def read_hub_ner(
 
     ClassLabel tag ids are mapped to their names, so the saved model gets real names in `id2label`.
     """
+    from datasets import ClassLabel
+
     where = f"dataset={dataset_id} ({split})"
     data = load_hub_split(dataset_id, split, (tokens_column, tag_column), "tokens_column/tag_column")
     feature = getattr(data.features[tag_column], "feature", None)
@@ -310,7 +323,7 @@ def read_hub_ner(
         repairs.add(repaired, [f"row {i}"] * len(fixed))
         tags.append(fixed)
     repairs.report()
-    return Dataset.from_dict({"tokens": [list(t) for t in data[tokens_column]], "tags": tags})
+    return _token_dataset([list(t) for t in data[tokens_column]], tags)
 
 
 def read_ner_file(path: str | Path, cfg: Config) -> Dataset:

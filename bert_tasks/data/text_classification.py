@@ -11,13 +11,14 @@ import csv
 import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-from datasets import ClassLabel, Dataset
+from typing import TYPE_CHECKING, Any
 
 from bert_tasks.data.files import json_records, read_utf8
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".json")
 
@@ -55,28 +56,35 @@ def read_text_classification(path: str | Path, text_column: str, label_column: s
         labels.append(_label(row[label_column], where, label_column))
     if not texts:
         raise BertTasksError(f"{path}: no rows found; the file needs at least one labelled example")
+    from datasets import Dataset  # deferred: every row is checked before the library loads
+
     return Dataset.from_dict({"text": texts, "label": labels})
 
 
-def read_hub_text_classification(dataset_id: str, split: str, text_column: str, label_column: str) -> Dataset:
+def read_hub_text_classification(
+    dataset_id: str, split: str, text_column: str, label_column: str
+) -> Dataset | None:
     """Download one split of a hub dataset (`glue/sst2` = path `glue`, config `sst2`) as `text`/`label`.
 
     ClassLabel integers are mapped to their names, so labels read from the hub look like labels read
-    from files and the saved model gets real names in its `id2label`.
+    from files and the saved model gets real names in its `id2label`. A split whose labels are all -1
+    (GLUE's hidden test labels) has nothing to score: None, and the split counts as absent.
     """
+    from datasets import ClassLabel, Dataset
+
     ds = load_hub_split(dataset_id, split, (text_column, label_column), "text_column/label_column")
     feature = ds.features[label_column]
+    if isinstance(feature, ClassLabel) and max(ds[label_column], default=-1) < 0:
+        return None
     if isinstance(feature, ClassLabel) and min(ds[label_column], default=0) < 0:
         raise BertTasksError(
-            f"dataset={dataset_id} ({split}): the split is unlabelled (label -1); use another"
+            f"dataset={dataset_id} ({split}): some rows are unlabelled (label -1); drop them first"
         )
 
-    def to_text_label(batch: dict[str, list[Any]]) -> dict[str, list[str]]:
-        raw = batch[label_column]
-        names = feature.int2str(raw) if isinstance(feature, ClassLabel) else raw
-        return {"text": batch[text_column], "label": [str(n) for n in names]}
-
-    return ds.map(to_text_label, batched=True, remove_columns=ds.column_names)
+    labels = ds[label_column]
+    names = feature.int2str(list(labels)) if isinstance(feature, ClassLabel) else labels
+    # A new dataset, not `ds.map`: map would cast the named labels back to the split's ClassLabel ids.
+    return Dataset.from_dict({"text": list(ds[text_column]), "label": [str(n) for n in names]})
 
 
 def _delimited_rows(

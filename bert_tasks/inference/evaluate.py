@@ -3,38 +3,50 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-from datasets import Dataset
+from typing import TYPE_CHECKING, Any
 
 from bert_tasks.config import load_recipe
+from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
-from bert_tasks.predict import PREDICTORS, Predictor
+from bert_tasks.model_dir import local_model_dir, read_policy
+from bert_tasks.tasks import task_class
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+logger = logging.getLogger(__name__)
 
 
 def read_labelled_file(
-    predictor: Predictor, model_dir: str | Path, data_file: str, overrides: Sequence[str] = ()
+    model_dir: str | Path, data_file: str, overrides: Sequence[str] = (), task: str | None = None
 ) -> Dataset:
     """Read `data_file` with the reader settings of the recipe saved with the model, plus `overrides`.
 
+    Needs only the model dir's JSON and YAML files: a bad file is answered before any model loads.
+
     Raises:
-        BertTasksError: The file is unreadable, or holds a label the model cannot predict (it would
-            only be scored as a miss, or break the metric).
+        BertTasksError: The model dir is not a fine-tuned model (of `task`, when given), or the file is
+            unreadable, or holds a label the model cannot predict (it would only be scored as a miss, or
+            break the metric).
     """
-    recipe = Path(model_dir) / "recipe.yaml"
+    directory = local_model_dir(model_dir)
+    policy = read_policy(directory, task)
+    recipe = directory / "recipe.yaml"
     data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
     cfg = load_recipe(
         recipe if recipe.is_file() else None,
         [*data_only, *overrides, f"test_file={data_file}"],
-        predictor.task.name,
+        policy.task,
     )
-    raw = predictor.task.read(cfg)["test"]
-    known = list(predictor.id2label.values())
+    model_task = task_class(policy.task)(**policy.task_options)
+    raw = read_splits(model_task, cfg)["test"]
+    known = _label_names(directory)
     # label_names without the recipe's list: the labels the data itself uses.
-    unknown = sorted(set(predictor.task.label_names(raw, replace(cfg, label_names=None))) - set(known))
+    unknown = sorted(set(model_task.label_names(raw, replace(cfg, label_names=None))) - set(known))
     if unknown:
         raise BertTasksError(
             f"{data_file}: label {unknown[0]!r} is not one the model knows ({', '.join(known)}); "
@@ -49,26 +61,30 @@ def evaluate_file(
     data_file: str,
     overrides: Sequence[str],
     out_dir: Path,
-    quiet: bool = False,
     quantize: str | None = None,
     allow_pickle: bool = False,
 ) -> dict[str, Any]:
     """Read `data_file` the way the model's training recipe read its data, score it, write JSON + plots.
 
     The recipe saved with the model supplies the reader settings (columns, label names, CoNLL tag
-    column); `overrides` (key=value) can change them for a file laid out differently. `quiet` skips the
-    report for people (the CLI's --json prints JSON only). `quantize="int8"` scores the dynamically
-    quantized model, to see what quantization costs. `allow_pickle`: also load pickle-based weights.
+    column); `overrides` (key=value) can change them for a file laid out differently. `quantize="int8"`
+    scores the dynamically quantized model, to see what quantization costs. `allow_pickle`: also load
+    pickle-based weights. The report for people is `task.render_metrics(metrics)` (the CLI prints it).
     """
-    predictor = PREDICTORS[task](model_dir, quantize=quantize, allow_pickle=allow_pickle)
-    raw = read_labelled_file(predictor, model_dir, data_file, overrides)
+    raw = read_labelled_file(model_dir, data_file, overrides, task)
+    from bert_tasks.inference.predictor import Predictor  # torch and transformers: once the data is good
+
+    predictor = Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle)
     metrics = predictor.evaluate(raw)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     plots = predictor.task.save_plots(metrics, out_dir)
-    if not quiet:
-        print(predictor.task.render_metrics(metrics))
-        print(
-            f"\n{len(raw)} examples from {data_file}; report in {out_dir / 'metrics.json'}", *plots, sep="\n"
-        )
+    written = ", ".join(str(path) for path in [out_dir / "metrics.json", *plots])
+    logger.info("%d examples from %s; report in %s", len(raw), data_file, written)
     return metrics
+
+
+def _label_names(model_dir: Path) -> list[str]:
+    """The model's label names, from config.json's id2label (read_policy has checked the file)."""
+    id2label = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("id2label") or {}
+    return [str(name) for name in id2label.values()]

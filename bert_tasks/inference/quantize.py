@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-from transformers import PreTrainedModel
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.modeling.load import HEADS, load_config, load_model, load_tokenizer
+from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, load_finetuned
 
-#: Quantization methods `--quantize` accepts.
-QUANTIZE_METHODS = ("int8",)
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 #: Files of a model dir that travel with an export besides weights, config and tokenizer.
 _EXTRA_FILES = ("recipe.yaml",)
@@ -102,14 +102,11 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BertTasksError(f"export: {out} already exists and is not empty; choose a new directory")
-    config = load_config(model_dir)
-    head_tasks = {head.__name__: task for task, head in HEADS.items()}
-    task = head_tasks.get((config.architectures or ["BertModel"])[0], "base")
-    model = load_model(model_dir, task).eval()
-    tokenizer = load_tokenizer(model_dir)
-    model.config.bert_tasks = {**(getattr(model.config, "bert_tasks", None) or {}), "quantize": method}
+    loaded = load_finetuned(model_dir)
+    model = loaded.model
+    setattr(model.config, POLICY_KEY, replace(loaded.policy, quantize=method).to_json())
     model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    loaded.tokenizer.save_pretrained(out)
     for name in _EXTRA_FILES:
         if (Path(model_dir) / name).is_file():
             shutil.copy2(Path(model_dir) / name, out / name)

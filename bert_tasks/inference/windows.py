@@ -6,13 +6,17 @@ prediction (one process), so both score windows exactly the same way.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
-from accelerate import Accelerator
-from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from bert_tasks.data.batching import model_inputs
+
+if TYPE_CHECKING:  # prediction never imports Accelerate (about 1 s of start-up)
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
 
 
 def collect_window_logits(

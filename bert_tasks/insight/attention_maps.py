@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.insight.plots import plot_attention_grid, plot_attention_head
 from bert_tasks.modeling.load import DEFAULT_MODEL, load_model, load_tokenizer
-from bert_tasks.viz import plot_attention_grid, plot_attention_head
 
 #: Heads per row when one layer's heads are drawn as a grid.
 _HEADS_PER_ROW = 4

@@ -25,8 +25,8 @@ from torch import nn
 from transformers import BertModel
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.insight.peak_memory import peak_memory_bytes
 from bert_tasks.modeling.load import DEFAULT_MODEL, load_config, load_model
-from bert_tasks.profiling import peak_memory_bytes
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _MIB = 2**20

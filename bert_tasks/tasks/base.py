@@ -1,11 +1,16 @@
-"""The Task interface: everything that differs between sentiment and NER, behind one shape.
+"""The Task interface: everything that differs between tasks, behind one shape.
 
-The training loop (training.py) and the predictor (predict.py) only ever talk to a Task, so a new task is
-one new module in this package and nothing else changes.
+The config (defaults), the split reader, the training run, the model-dir loader, prediction and the CLI
+only ever talk to a Task, so a new task is one new module that subclasses `Task` and calls
+`bert_tasks.tasks.register_task` — no package file changes (tests/tasks/test_third_task.py does it).
+
+Task modules import nothing heavy at import time (torch, transformers, datasets load inside methods),
+because the CLI imports the registry to parse and validate a command before any model is needed.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,38 +19,72 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import numpy as np
     import torch
-    from datasets import Dataset, DatasetDict
+    from datasets import Dataset
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
 
 
 class Task(ABC):
-    """One downstream task: how to read, encode, batch, score and decode it.
+    """One downstream task: how to read, encode, batch, score, decode and show it.
 
     Encoded datasets hold one row per *window* (long inputs are split, never truncated) with the columns
     `input_ids`, `attention_mask`, optionally `token_type_ids` and `labels`, plus `example_id` (the row of
-    the raw dataset the window came from) and any task-specific bookkeeping (NER: `word_ids`).
+    the raw dataset the window came from) and any task-specific bookkeeping (NER: `word_ids`). Only the
+    model inputs reach a batch (`data/batching.py`).
     """
 
     name: ClassVar[str]
-    #: The transformers head class that `load_model` builds for this task.
-    model_class: ClassVar[type[PreTrainedModel]]
+    #: The transformers head class (by name, so importing a task imports no transformers) that
+    #: `load_model` builds; a saved model's `architectures` maps back to its task through it.
+    head: ClassVar[str]
+    #: Config values this task starts from (over the dataclass defaults, under recipe and overrides).
+    config_defaults: ClassVar[dict[str, Any]] = {}
+    #: Config keys that change how this task encodes or decodes; saved with the model (policy) so
+    #: prediction and evaluation rebuild the task exactly as it was trained.
+    options: ClassVar[tuple[str, ...]] = ()
     #: The metric `metric_for_best` defaults to, and every scalar metric it may name (larger is better).
     default_metric: ClassVar[str]
     metric_names: ClassVar[tuple[str, ...]]
 
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no option {unknown[0]!r}")
+        self.option_values: dict[str, Any] = dict(options)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Task:
+        """The task with its options taken from the run's config."""
+        return cls(**{key: getattr(cfg, key) for key in cls.options})
+
+    @classmethod
+    def head_class(cls) -> type[PreTrainedModel]:
+        """The transformers head this task trains, imported on first use."""
+        return getattr(importlib.import_module("transformers"), cls.head)
+
+    # Reading: one split at a time; `data/splits.py` decides which split comes from where.
+
     @abstractmethod
-    def read(self, cfg: Config) -> DatasetDict:
-        """Read the splits named in `cfg` (train/validation/test) into raw datasets."""
+    def read_file(self, path: str, cfg: Config) -> Dataset:
+        """One labelled local file as raw rows (label names applied), errors as `file:line`."""
+
+    @abstractmethod
+    def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset | None:
+        """One split of a hub dataset as raw rows, or None when the split has no labels (GLUE test)."""
+
+    def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:  # noqa: B027
+        """Refuse evaluation splits whose labels the training split never shows (nothing by default)."""
+
+    @abstractmethod
+    def label_names(self, train: Dataset, cfg: Config) -> list[str]:
+        """The label set, in id order, taken from the training data (and `cfg.label_names`)."""
 
     @abstractmethod
     def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Unlabelled texts -> the raw rows `encode` and `decode` take (prediction input)."""
 
-    @abstractmethod
-    def label_names(self, train: Dataset, cfg: Config) -> list[str]:
-        """The label set, in id order, taken from the training data (and `cfg.label_names`)."""
+    # Encoding and batching.
 
     @abstractmethod
     def encode(
@@ -65,7 +104,9 @@ class Task(ABC):
     def collator(
         self, tokenizer: PreTrainedTokenizerBase
     ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
-        """A collate function that pads a list of encoded rows to the longest one (dynamic padding)."""
+        """Pad a list of model-input rows to the longest one (dynamic padding), labels included."""
+
+    # Scoring and decoding.
 
     @abstractmethod
     def metrics(
@@ -86,6 +127,12 @@ class Task(ABC):
         id2label: dict[int, str],
     ) -> list[Any]:
         """Merge per-window logits into one plain-Python prediction per raw example."""
+
+    # Showing: to programs (records) and to people (text, plots).
+
+    @abstractmethod
+    def record(self, text: str, prediction: Any) -> dict[str, Any]:
+        """One prediction as the JSON object `predict --json` prints for `text`."""
 
     @abstractmethod
     def render_predictions(self, texts: Sequence[str], predictions: Sequence[Any]) -> str:

@@ -9,75 +9,69 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-from datasets import Dataset, DatasetDict
-from datasets.fingerprint import generate_random_fingerprint
-from scipy.special import softmax
-from transformers import BertForSequenceClassification, DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from bert_tasks.data.text_classification import read_hub_text_classification, read_text_classification
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.base import Task, score_table
 
 if TYPE_CHECKING:
+    import torch
+    from datasets import Dataset
     from evaluate import EvaluationModule
+    from transformers import PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
 
 METRIC_PATH = Path(__file__).resolve().parent.parent / "metrics" / "classification" / "classification.py"
-#: Splits read from a hub dataset (`cfg.dataset`); GLUE-style test splits are unlabelled, so not read.
-HUB_SPLITS = ("train", "validation")
+_DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo" / "sentiment"
 
 
 class SentimentTask(Task):
     """One label per text; the label set is the training file's labels (or `cfg.label_names`)."""
 
     name = "sentiment"
-    model_class = BertForSequenceClassification
+    head = "BertForSequenceClassification"
+    config_defaults: ClassVar[dict[str, Any]] = {
+        "lr": 1e-4,
+        "max_length": 128,
+        "train_file": str(_DEMO / "train.jsonl"),
+        "validation_file": str(_DEMO / "validation.jsonl"),
+    }
     default_metric = "accuracy"
     metric_names = ("accuracy", "macro_f1")
 
-    def read(self, cfg: Config) -> DatasetDict:
-        """Read train/validation/test (those configured) with labels mapped to names and row limits applied.
+    def read_file(self, path: str, cfg: Config) -> Dataset:
+        """A CSV/TSV/JSONL/JSON file of texts and labels, integer labels named by `cfg.label_names`."""
+        data = read_text_classification(path, cfg.text_column, cfg.label_column)
+        return data if cfg.label_names is None else _name_labels(data, cfg.label_names, path)
 
-        Raises:
-            BertTasksError: No data configured, a bad file, an integer label outside `label_names`, or a
-                validation/test label the training data never shows.
-        """
-        if cfg.dataset is not None:
-            sources = {split: f"dataset={cfg.dataset} ({split})" for split in HUB_SPLITS}
-            splits = {
-                split: read_hub_text_classification(cfg.dataset, split, cfg.text_column, cfg.label_column)
-                for split in HUB_SPLITS
-            }
-        else:
-            files = {"train": cfg.train_file, "validation": cfg.validation_file, "test": cfg.test_file}
-            sources = {split: path for split, path in files.items() if path is not None}
-            splits = {
-                split: read_text_classification(path, cfg.text_column, cfg.label_column)
-                for split, path in sources.items()
-            }
-        if not splits:
-            raise BertTasksError("no data to read; set train_file (and validation_file), or dataset=<hub id>")
+    def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset | None:
+        """A hub split with ClassLabel ids turned into names; None for an unlabelled (GLUE test) split."""
+        data = read_hub_text_classification(dataset, split, cfg.text_column, cfg.label_column)
+        if data is None or cfg.label_names is None:
+            return data
+        return _name_labels(data, cfg.label_names, f"dataset={dataset} ({split})")
 
-        if cfg.label_names is not None:
-            splits = {s: _name_labels(ds, cfg.label_names, sources[s]) for s, ds in splits.items()}
+    def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
+        """Every validation/test label must occur in the training data (or `cfg.label_names`)."""
+        known = set(cfg.label_names) if cfg.label_names is not None else set(splits["train"]["label"])
         for split, ds in splits.items():
-            limit = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
-            if limit is not None:
-                splits[split] = ds.select(range(min(limit, len(ds))))
-        if "train" in splits:
-            _check_labels_seen(splits, sources, cfg)
-        return DatasetDict(splits)
+            unseen = sorted(set(ds["label"]) - known)
+            if unseen:
+                hint = "; max_train_samples may have cut it" if cfg.max_train_samples is not None else ""
+                raise BertTasksError(
+                    f"{sources[split]}: label '{unseen[0]}' never occurs in the training data "
+                    f"({sources['train']}){hint}; add training examples of it or fix the label"
+                )
 
-    @staticmethod
-    def texts_to_raw(texts: list[str]) -> Dataset:
+    def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Raw texts -> the one-column dataset `encode`/`decode` take for prediction."""
+        from datasets import Dataset
+
         return Dataset.from_dict({"text": texts})
 
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
@@ -117,6 +111,8 @@ class SentimentTask(Task):
                 enc["labels"] = [label2id[batch["label"][row]] for row in source_rows]
             return dict(enc)
 
+        from datasets.fingerprint import generate_random_fingerprint
+
         # A fresh fingerprint: datasets would otherwise pickle `windows`, tokenizer and all, to hash it
         # (about 1 s a call, the cost of predicting on hundreds of texts).
         return raw.map(
@@ -130,8 +126,10 @@ class SentimentTask(Task):
     def collator(
         self, tokenizer: PreTrainedTokenizerBase
     ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
-        """Dynamic padding (to a multiple of 8 for tensor cores) plus the `example_id` of every window."""
-        return _WindowCollator(DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors="pt"))
+        """Dynamic padding to the batch's longest window (a multiple of 8 for tensor cores)."""
+        from transformers import DataCollatorWithPadding
+
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors="pt")
 
     def metrics(
         self,
@@ -160,6 +158,8 @@ class SentimentTask(Task):
         id2label: dict[int, str],
     ) -> list[dict[str, Any]]:
         """One `{"label", "score", "scores": {label: prob}}` per text, from the softmax of averaged logits."""
+        from scipy.special import softmax
+
         probs = softmax(_example_logits(encoded, window_logits, len(raw)), axis=-1)  # (N, C)
         labels = [id2label[i] for i in sorted(id2label)]
         return [
@@ -170,6 +170,10 @@ class SentimentTask(Task):
             }
             for row in probs
         ]
+
+    def record(self, text: str, prediction: dict[str, Any]) -> dict[str, Any]:
+        """`{"text", "label", "score", "scores"}`."""
+        return {"text": text, **prediction}
 
     def render_predictions(self, texts: Sequence[str], predictions: Sequence[dict[str, Any]]) -> str:
         """A table: label, probability, text."""
@@ -194,26 +198,15 @@ class SentimentTask(Task):
 
     def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
         """The confusion matrix as a PNG."""
-        from bert_tasks.viz import plot_confusion_matrix  # matplotlib: a slow import only evaluation needs
+        from bert_tasks.insight.plots import (
+            plot_confusion_matrix,
+        )  # matplotlib: a slow import only evaluation needs
 
         return [
             plot_confusion_matrix(
                 metrics["confusion_matrix"], metrics["labels"], out_dir / "confusion_matrix.png"
             )
         ]
-
-
-@dataclass
-class _WindowCollator:
-    """Pads the model inputs and keeps `example_id` as a tensor (a class, not a closure, so it pickles
-    into DataLoader worker processes)."""
-
-    pad: DataCollatorWithPadding
-
-    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        example_id = torch.tensor([f["example_id"] for f in features])  # (B,)
-        batch = self.pad([{k: v for k, v in f.items() if k != "example_id"} for f in features])
-        return {**batch, "example_id": example_id}
 
 
 def _example_logits(encoded: Dataset, window_logits: Sequence[np.ndarray], num_examples: int) -> np.ndarray:
@@ -258,15 +251,3 @@ def _name_labels(ds: Dataset, names: list[str], source: str) -> Dataset:
 
     mapping = {label: name(label) for label in set(ds["label"])}
     return ds.map(lambda batch: {"label": [mapping[label] for label in batch["label"]]}, batched=True)
-
-
-def _check_labels_seen(splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
-    known = set(cfg.label_names) if cfg.label_names is not None else set(splits["train"]["label"])
-    for split, ds in splits.items():
-        unseen = sorted(set(ds["label"]) - known)
-        if unseen:
-            hint = "; max_train_samples may have cut it" if cfg.max_train_samples is not None else ""
-            raise BertTasksError(
-                f"{sources[split]}: label '{unseen[0]}' never occurs in the training data "
-                f"({sources['train']}){hint}; add training examples of it or fix the label"
-            )

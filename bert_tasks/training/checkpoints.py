@@ -18,15 +18,12 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from accelerate import Accelerator
-from safetensors.torch import load_file
-from torch.distributed.tensor import DTensor, Replicate
-from transformers import PreTrainedModel
-
-from bert_tasks.modeling.attention import fused_qkv_names
+if TYPE_CHECKING:  # imported where used: finding the latest checkpoint (--resume's first check) needs none
+    import torch
+    from accelerate import Accelerator
+    from transformers import PreTrainedModel
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -47,6 +44,8 @@ def save_checkpoint(
     Every process must call this (each writes its own RNG state). The weights keep the fused attention's
     in-memory names (`fused_qkv_names`), which every launcher, FSDP included, can save and load.
     """
+    from bert_tasks.modeling.attention import fused_qkv_names
+
     folder = output_dir / CHECKPOINT_DIR
     final = folder / f"step-{step:08d}"
     partial = final.with_name(final.name + ".tmp")
@@ -90,6 +89,8 @@ def full_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> dict[st
     which looks each key up as a module attribute and finds no `query`/`key`/`value` (AttributeError).
     Gathered weights go to CPU, so the main process never holds the whole model on its accelerator.
     """
+    from torch.distributed.tensor import DTensor
+
     state_dict = accelerator.unwrap_model(model).state_dict()
     whole = {
         name: tensor.full_tensor().cpu() if isinstance(tensor, DTensor) else tensor
@@ -108,6 +109,9 @@ def load_best(model: torch.nn.Module, output_dir: Path) -> None:
     `set_model_state_dict`: it turns into DTensors only keys that name a parameter, so query/key/value
     would reach that hook as plain tensors, which cannot be copied into a DTensor.
     """
+    from safetensors.torch import load_file
+    from torch.distributed.tensor import DTensor, Replicate
+
     state_dict = load_file(output_dir / BEST_DIR / "model.safetensors")
     mesh = next((param.device_mesh for param in model.parameters() if isinstance(param, DTensor)), None)
     if mesh is not None:
@@ -124,6 +128,8 @@ def load_best(model: torch.nn.Module, output_dir: Path) -> None:
 
 def load_checkpoint(accelerator: Accelerator, model: torch.nn.Module, checkpoint: Path) -> None:
     """Restore model, optimizer, scheduler and RNG states from `checkpoint` (every process)."""
+    from bert_tasks.modeling.attention import fused_qkv_names
+
     with fused_qkv_names(accelerator.unwrap_model(model)):
         accelerator.load_state(str(checkpoint))
 

@@ -1,4 +1,4 @@
-"""Why a run stops before its last step: Ctrl-C (checkpoint first, then exit) or a NaN/inf loss.
+"""Why a run stops before its last step: Ctrl-C or SIGTERM (checkpoint first, then exit) or a NaN/inf loss.
 
 Both are noticed at optimizer updates, never mid-update, and every process reaches the same decision at
 the same update: one that stopped alone would leave the others waiting in a collective forever.
@@ -16,17 +16,28 @@ from accelerate import Accelerator
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped training after a checkpoint; the message says where it is and how to continue.
+    """Ctrl-C or SIGTERM stopped training after a checkpoint; the message says where it is and how to go on.
 
     A KeyboardInterrupt, so code that already handles Ctrl-C (a notebook, a sweep) still sees one.
+    `signal_number` is the signal that asked for the stop (the CLI exits with 128 + it, as shells expect).
     """
 
+    def __init__(self, message: str, signal_number: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signal_number = signal_number
 
-class StopWatch:
-    """Ctrl-C and NaN/inf losses, recorded cheaply at each update and agreed on by every process.
 
-    Used as a context manager: inside it, the first SIGINT only sets a flag (the loop finishes the update
-    and writes a checkpoint) and a second one stops at once; on exit the previous handler is back.
+#: The signals that ask a run to stop: Ctrl-C, and what Slurm, Kubernetes, systemd and `timeout` send
+#: before they kill a process.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """Ctrl-C / SIGTERM and NaN/inf losses, recorded cheaply at each update and agreed on by every process.
+
+    Used as a context manager: inside it, the first SIGINT or SIGTERM only sets a flag (the loop finishes
+    the update and writes a checkpoint) and a second one stops at once; on exit the previous handlers are
+    back.
 
     The loss is never read per update on a single accelerator, where a read waits for the device: the
     first non-finite update is kept in a device tensor and read where the loop waits anyway (logging,
@@ -37,22 +48,23 @@ class StopWatch:
     def __init__(self, accelerator: Accelerator) -> None:
         self.accelerator = accelerator
         self.interrupted = False
+        #: The signal that asked for the stop, once one did.
+        self.signal_number: int | None = None
         self.every_update = accelerator.device.type == "cpu" or accelerator.num_processes > 1
         self._first_bad_step = torch.zeros((), dtype=torch.long, device=accelerator.device)  # 0: none
-        self._installed = False
-        self._previous: Any = None  # None too when the handler was set outside Python
+        # The handlers in place before the run; None too for one set outside Python.
+        self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> StopWatch:
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # signal handlers live there only
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
-            self._installed = True
+            self._previous = {number: signal.signal(number, self._on_signal) for number in STOP_SIGNALS}
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)
+        for number, previous in self._previous.items():
+            signal.signal(number, signal.SIG_DFL if previous is None else previous)
 
     def record_loss(self, loss_sum: torch.Tensor, step: int) -> None:
         """Remember `step` if `loss_sum` (the losses since the last log) is NaN/inf; no device sync."""
@@ -74,7 +86,7 @@ class StopWatch:
         bad_steps = [step for step in flags[:, 0].tolist() if step]
         return (min(bad_steps) if bad_steps else None), bool(flags[:, 1].any())
 
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.interrupted:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
-        self.interrupted = True
+            raise KeyboardInterrupt  # a second Ctrl-C or SIGTERM: stop now, without a checkpoint
+        self.interrupted, self.signal_number = True, signum

@@ -174,6 +174,7 @@ def test_gradient_checkpointing_matches(padded_batch):
         torch.testing.assert_close(ckpt.grad, plain.grad, atol=1e-7, rtol=1e-5, msg=name)
 
 
+@pytest.mark.slow  # torch.compile
 def test_torch_compile_runs_and_matches(padded_batch):
     _, patched = stock_and_patched(BertForSequenceClassification, "sdpa")
     compiled = torch.compile(patched, dynamic=False)

@@ -57,6 +57,7 @@ def test_saved_state_dict_uses_hf_names(fine_tuned_dir: Path):
     assert keys == stock_keys
 
 
+@pytest.mark.slow  # a fresh process that imports transformers
 def test_vanilla_transformers_loads_saved_model_without_bert_tasks(
     fine_tuned_dir: Path, padded_batch, tmp_path
 ):

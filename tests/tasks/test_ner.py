@@ -10,8 +10,10 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 
 from bert_tasks.config import Config
+from bert_tasks.data.batching import RowCollator, with_rows
+from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
-from bert_tasks.tasks.ner import IGNORE, NerTask, bio_label_names, viterbi_decode
+from bert_tasks.tasks.ner import IGNORE, NerTask, bio_label_names, entity_spans, viterbi_decode
 
 LABELS = ["O", "B-Chemical", "I-Chemical", "B-Disease", "I-Disease"]
 LABEL2ID = {label: i for i, label in enumerate(LABELS)}
@@ -58,7 +60,7 @@ def test_read_demo_and_reject_eval_types_unseen_in_train(tmp_path):
     cfg = Config(
         task="ner", train_file=str(DEMO / "train.conll"), validation_file=str(DEMO / "validation.conll")
     )
-    splits = NerTask().read(cfg)
+    splits = read_splits(NerTask(), cfg)
     assert (len(splits["train"]), len(splits["validation"])) == (400, 100)
     gene = tmp_path / "dev.conll"
     gene.write_text("BRCA1\tB-Gene\nmutation\tO\n", encoding="utf-8")
@@ -68,7 +70,7 @@ def test_read_demo_and_reject_eval_types_unseen_in_train(tmp_path):
     with pytest.raises(
         BertTasksError, match=rf"{gene}: entity type 'Gene' never occurs in the training data"
     ):
-        NerTask().read(cfg)
+        read_splits(NerTask(), cfg)
 
 
 @pytest.mark.parametrize(
@@ -131,7 +133,7 @@ def test_entity_across_window_edge_comes_out_whole_and_once(tokenizer):
         "The patient was given one dose and then developed acute renal failure after cisplatin therapy "
         "and recovered slowly over many weeks."
     )
-    raw = NerTask.texts_to_raw([text])
+    raw = NerTask().texts_to_raw([text])
     gold = ["O"] * len(raw[0]["tokens"])
     first = raw[0]["tokens"].index("acute")
     gold[first : first + 3] = ["B-Disease", "I-Disease", "I-Disease"]
@@ -224,7 +226,7 @@ def test_decode_without_text_gives_word_tags(tokenizer):
 
 def test_decode_raw_text_offsets_round_trip(tokenizer):
     texts = ["Le patient 😀 a eu une céphalée après l'aspirine.", "صداع بعد الأسبرين", "", "  \x07\u200f "]
-    raw = NerTask.texts_to_raw(texts)
+    raw = NerTask().texts_to_raw(texts)
     tags = [["B-Disease" if i % 3 == 0 else "I-Disease" for i in range(len(t))] for t in raw["tokens"]]
     encoded = NerTask().encode(raw, tokenizer, None, 12, 4)
     decoded = NerTask().decode(raw, encoded, window_logits(encoded, tags), ID2LABEL)
@@ -236,7 +238,7 @@ def test_decode_raw_text_offsets_round_trip(tokenizer):
 
 
 def test_metrics_on_demo_with_oracle_logits(tokenizer):
-    raw = NerTask().read(Config(task="ner", train_file=str(DEMO / "validation.conll")))["train"]
+    raw = read_splits(NerTask(), Config(task="ner", train_file=str(DEMO / "validation.conll")))["train"]
     encoded = NerTask().encode(raw, tokenizer, LABEL2ID, 16, 4)
     scores = NerTask().metrics(
         raw, encoded, window_logits(encoded, raw["tags"], wrong_at_cuts=True), ID2LABEL
@@ -252,9 +254,9 @@ def test_collator_pads_and_drops_bookkeeping(tokenizer):
             "tags": [["B-Chemical"], ["B-Chemical", "O", "B-Disease"]],
         }
     )
-    encoded = NerTask().encode(raw, tokenizer, LABEL2ID, 16, 4)
-    batch = NerTask().collator(tokenizer)(list(encoded))
-    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels"}
+    encoded = with_rows(NerTask().encode(raw, tokenizer, LABEL2ID, 16, 4))
+    batch = RowCollator(NerTask().collator(tokenizer))(list(encoded))
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels", "row"}
     assert batch["input_ids"].shape == batch["labels"].shape == (2, 8)  # 6 tokens padded to a multiple of 8
     assert batch["labels"][0, 3:].eq(IGNORE).all()
 
@@ -269,3 +271,15 @@ def test_unknown_tag_at_encode_time(tokenizer):
     raw = Dataset.from_dict({"tokens": [["BRCA1"]], "tags": [["B-Gene"]]})
     with pytest.raises(BertTasksError, match="tag 'B-Gene' is not one of the model's labels"):
         NerTask().encode(raw, tokenizer, LABEL2ID, 12, 4)
+
+
+def test_entity_spans_read_bio_exactly_as_seqeval() -> None:
+    """Prediction's own BIO reader (no scikit-learn import) against seqeval's, on random tag sequences
+    with stray I- tags, type changes and adjacent entities."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    rng = np.random.default_rng(0)
+    vocabulary = ["O", "B-Disease", "I-Disease", "B-Chemical", "I-Chemical"]
+    for _ in range(500):
+        tags = [vocabulary[i] for i in rng.integers(0, len(vocabulary), rng.integers(0, 12))]
+        assert entity_spans(tags) == get_entities(tags), tags

@@ -13,6 +13,8 @@ from datasets import Dataset
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from bert_tasks.config import Config, load_recipe
+from bert_tasks.data.batching import RowCollator, with_rows
+from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.sentiment import METRIC_PATH, SentimentTask
 
@@ -45,7 +47,7 @@ def write_jsonl(path: Path, rows: list[tuple[str, str]]) -> str:
 
 def test_reads_packaged_demo_data(task: SentimentTask) -> None:
     cfg = load_recipe(None, task="sentiment")
-    splits = task.read(cfg)
+    splits = read_splits(task, cfg)
     assert {name: len(ds) for name, ds in splits.items()} == {"train": 400, "validation": 100}
     assert task.label_names(splits["train"], cfg) == ["negative", "positive"]
 
@@ -57,7 +59,7 @@ def test_integer_labels_are_named_at_read_time(task: SentimentTask) -> None:
         text_column="sentence",
         label_names=["neg", "pos"],
     )
-    splits = task.read(cfg)
+    splits = read_splits(task, cfg)
     assert splits["train"]["label"] == ["pos", "neg", "pos"]
     assert task.label_names(splits["train"], cfg) == ["neg", "pos"]
 
@@ -70,12 +72,14 @@ def test_integer_label_outside_label_names(task: SentimentTask) -> None:
         label_names=["neg"],
     )
     with pytest.raises(BertTasksError, match=r"sent_glue\.tsv: label '1' is neither in label_names \(neg\)"):
-        task.read(cfg)
+        read_splits(task, cfg)
 
 
 def test_sample_limits_take_the_first_rows(task: SentimentTask) -> None:
-    full = task.read(load_recipe(None, task="sentiment"))
-    limited = task.read(load_recipe(None, ["max_train_samples=5", "max_eval_samples=3"], task="sentiment"))
+    full = read_splits(task, load_recipe(None, task="sentiment"))
+    limited = read_splits(
+        task, load_recipe(None, ["max_train_samples=5", "max_eval_samples=3"], task="sentiment")
+    )
     assert limited["train"]["text"] == full["train"]["text"][:5]
     assert limited["validation"]["text"] == full["validation"]["text"][:3]
 
@@ -85,12 +89,12 @@ def test_eval_label_unseen_in_train(task: SentimentTask, tmp_path: Path) -> None
     dev = write_jsonl(tmp_path / "dev.jsonl", [("fine", "pos"), ("meh", "neutral")])
     cfg = Config(task="sentiment", train_file=train, validation_file=dev)
     with pytest.raises(BertTasksError, match=f"{dev}: label 'neutral' never occurs in the training data"):
-        task.read(cfg)
+        read_splits(task, cfg)
 
 
 def test_no_data_configured(task: SentimentTask) -> None:
     with pytest.raises(BertTasksError, match="no data to read"):
-        task.read(Config(task="sentiment"))
+        read_splits(task, Config(task="sentiment"))
 
 
 def test_long_text_is_windowed_without_losing_a_token(
@@ -129,17 +133,20 @@ def test_encode_rejects_label_the_model_lacks(
         task.encode(raw, tokenizer, LABEL2ID, 16, 4)
 
 
-def test_collator_pads_to_multiple_of_8_and_keeps_example_id(
+def test_batches_pad_to_multiple_of_8_and_carry_rows_not_bookkeeping(
     task: SentimentTask, tokenizer: PreTrainedTokenizerBase
 ) -> None:
+    """The one collator path (data/batching.RowCollator over the task's padding): model inputs and the
+    encoded row of each window; `example_id` stays in the encoded dataset, where decoding reads it."""
     raw = Dataset.from_dict(
         {"text": ["Great.", "A much longer review of the place."], "label": ["positive"] * 2}
     )
-    encoded = task.encode(raw, tokenizer, LABEL2ID, 32, 8)
-    batch = task.collator(tokenizer)([encoded[0], encoded[1]])
+    encoded = with_rows(task.encode(raw, tokenizer, LABEL2ID, 32, 8))
+    batch = RowCollator(task.collator(tokenizer))([encoded[1], encoded[0]])
     assert batch["input_ids"].shape[1] % 8 == 0
-    assert batch["attention_mask"][0].sum() < batch["attention_mask"][1].sum()
-    assert torch.equal(batch["example_id"], torch.tensor([0, 1]))
+    assert batch["attention_mask"][0].sum() > batch["attention_mask"][1].sum()
+    assert set(batch) == {"input_ids", "token_type_ids", "attention_mask", "labels", "row"}
+    assert torch.equal(batch["row"], torch.tensor([1, 0]))
     assert torch.equal(batch["labels"], torch.tensor([1, 1]))
 
 

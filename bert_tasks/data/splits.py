@@ -1,0 +1,58 @@
+"""The one rule for splits, shared by every task: each from its file if given, else from the hub, else absent.
+
+So `dataset=glue/sst2 validation_file=dev.tsv` trains on the hub's train split and validates on the
+user's file, for sentiment and NER alike. Row caps (`max_train_samples`, `max_eval_samples`) and the
+task's cross-split checks (labels the training data never shows) apply to whatever was read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bert_tasks.data.hub import hub_split_names
+from bert_tasks.errors import BertTasksError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from bert_tasks.config import Config
+    from bert_tasks.tasks.base import Task
+
+#: Split name -> the config key naming its local file.
+SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
+
+
+def read_splits(task: Task, cfg: Config) -> dict[str, Dataset]:
+    """Read every split `cfg` names (by the rule above), capped and checked, in train/validation/test order.
+
+    Raises:
+        BertTasksError: No split at all, a bad file or hub split, or an evaluation label (entity type) that
+            the training split never shows.
+    """
+    hub_splits = hub_split_names(cfg.dataset) if cfg.dataset is not None else []
+    splits: dict[str, Dataset] = {}
+    sources: dict[str, str] = {}
+    for split, key in SPLIT_FILES.items():
+        path = getattr(cfg, key)
+        if path is not None:
+            data, source = task.read_file(path, cfg), path
+        elif split in hub_splits:
+            data, source = task.read_hub(cfg.dataset, split, cfg), f"dataset={cfg.dataset} ({split})"
+        else:
+            continue
+        if data is not None:
+            limit = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
+            splits[split], sources[split] = _capped(data, limit), source
+    if not splits:
+        raise BertTasksError(
+            f"no data to read for {task.name}; set train_file (and validation_file, test_file) "
+            "or dataset=<hub id>"
+        )
+    if "train" in splits:
+        task.check_splits(splits, sources, cfg)
+    return splits
+
+
+def _capped(data: Dataset, limit: int | None) -> Dataset:
+    """The first `limit` rows, or all of them."""
+    return data if limit is None or limit >= len(data) else data.select(range(limit))

@@ -1,0 +1,273 @@
+"""The saved-model contract: what a bert-tasks model dir promises, and the one loader every consumer uses.
+
+A model dir is a plain Hugging Face checkpoint (config.json, model.safetensors, tokenizer files) whose
+config.json also holds, under `bert_tasks`, the policy prediction must follow to see inputs exactly as
+training did: the task, the window size and overlap, the task's own options (NER: sub-token labelling,
+Viterbi) and whether the weights are to be quantized on load. `ModelPolicy` is that JSON object, typed and
+validated; `load_finetuned(dir)` is how predict, evaluate and export open a dir.
+
+Reading the policy needs only `json`, so a bad model dir is answered before torch loads. Dirs written by
+older versions (the same keys, untyped) load unchanged; a dir fine-tuned elsewhere (no policy) gets the
+task its architecture names and the defaults prediction always used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bert_tasks.config import MAX_POSITIONS, Config
+from bert_tasks.errors import BertTasksError
+from bert_tasks.tasks import task_class, task_names, task_of_architecture
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from bert_tasks.tasks.base import Task
+
+#: The key in config.json under which the policy lives.
+POLICY_KEY = "bert_tasks"
+#: Quantization methods a policy (and `--quantize`) may name.
+QUANTIZE_METHODS = ("int8",)
+#: The overlap prediction used for dirs without a policy.
+_DEFAULT_STRIDE = 32
+_CONFIG_TYPES = typing.get_type_hints(Config)
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    """How a saved model windows and decodes its inputs, as written under `bert_tasks` in config.json."""
+
+    task: str
+    max_length: int
+    stride: int
+    #: The task's own options (`Task.options`), e.g. NER's `label_all_subtokens` and `viterbi`.
+    task_options: dict[str, Any] = field(default_factory=dict)
+    #: Quantize the weights on load (`bert-tasks export --quantize int8`); None: run them as saved.
+    quantize: str | None = None
+
+    @classmethod
+    def for_run(cls, cfg: Config) -> ModelPolicy:
+        """The policy of a model trained with `cfg`."""
+        options = {key: getattr(cfg, key) for key in task_class(cfg.task).options}
+        return cls(task=cfg.task, max_length=cfg.max_length, stride=cfg.stride, task_options=options)
+
+    def to_json(self) -> dict[str, Any]:
+        """The flat JSON object older versions wrote too: task, max_length, stride, options, quantize."""
+        data = {"task": self.task, "max_length": self.max_length, "stride": self.stride, **self.task_options}
+        return data if self.quantize is None else {**data, "quantize": self.quantize}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> ModelPolicy:
+        """Validate a policy read from config.json; every problem is one line naming `where` and the key."""
+        if not isinstance(data, dict):
+            raise _bad(where, f"'{POLICY_KEY}' is {type(data).__name__}, not an object")
+        name = data.get("task")
+        if name not in task_names():
+            raise _bad(where, f"'{POLICY_KEY}.task' is {name!r}, not one of {', '.join(task_names())}")
+        task = task_class(name)
+        max_length = _integer(data, "max_length", where, 8, MAX_POSITIONS)
+        stride = _integer(data, "stride", where, 0, max_length // 2 - 1)
+        options = {}
+        for key in task.options:
+            if key in data:
+                options[key] = _typed(data, key, where)
+        quantize = data.get("quantize")
+        if quantize is not None and quantize not in QUANTIZE_METHODS:
+            raise _bad(
+                where, f"'{POLICY_KEY}.quantize' is {quantize!r}, not one of {', '.join(QUANTIZE_METHODS)}"
+            )
+        known = {"task", "max_length", "stride", "quantize", *_CONFIG_TYPES}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise _bad(where, f"unknown key '{POLICY_KEY}.{unknown[0]}' (written by a newer bert-tasks?)")
+        return cls(name, max_length, stride, options, quantize)
+
+
+def read_policy(model_dir: str | Path, expected_task: str | None = None) -> ModelPolicy:
+    """The policy of a local fine-tuned model dir, read from its JSON files alone (no torch needed).
+
+    Raises:
+        BertTasksError: no such dir, no config.json, a policy with wrong types or ranges, a dir that is no
+            fine-tuned model of a registered task, or one of another task than `expected_task`.
+    """
+    path = local_model_dir(model_dir)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise BertTasksError(f"model dir {path}: no config.json; pass a dir written by `bert-tasks finetune`")
+    config = _json_object(config_file)
+    if POLICY_KEY in config:
+        policy = ModelPolicy.from_json(config[POLICY_KEY], str(config_file))
+    else:
+        policy = _policy_without_one(path, config)
+    if expected_task is not None and policy.task != expected_task:
+        raise BertTasksError(
+            f"model dir {path} holds a {policy.task} model, not a {expected_task} model; "
+            f"use `bert-tasks predict {policy.task}`"
+        )
+    return policy
+
+
+@dataclass
+class FinetunedModel:
+    """A loaded model dir: the patched model in eval mode, its tokenizer, task, policy and labels."""
+
+    directory: Path
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    task: Task
+    policy: ModelPolicy
+    id2label: dict[int, str]
+
+
+def load_finetuned(
+    model_dir: str | Path, expected_task: str | None = None, *, allow_pickle: bool = False
+) -> FinetunedModel:
+    """Open a fine-tuned model dir for prediction, evaluation or export: checked, loaded, patched.
+
+    The weights are loaded as saved (a policy's `quantize` is applied by the consumer that runs them).
+
+    Raises:
+        BertTasksError: everything `read_policy` refuses, placeholder label names (LABEL_0, ...), weights
+            that are half-written or disagree with the config's labels, or weights that do not load.
+    """
+    from bert_tasks.modeling.load import load_model, load_tokenizer
+
+    path = local_model_dir(model_dir)
+    policy = read_policy(path, expected_task)
+    config = _json_object(path / "config.json")
+    labels = [str(name) for _, name in sorted((int(k), v) for k, v in (config.get("id2label") or {}).items())]
+    _check_labels(path, labels)
+    _check_weights_match_labels(path, len(labels))
+    tokenizer = load_tokenizer(path)
+    model = load_model(path, policy.task, allow_pickle=allow_pickle).eval()
+    task = task_class(policy.task)(**policy.task_options)
+    id2label = {int(k): v for k, v in model.config.id2label.items()}
+    return FinetunedModel(path, model, tokenizer, task, policy, id2label)
+
+
+def local_model_dir(name: str | Path) -> Path:
+    """A local model dir as given, or a hub id's files (downloaded once into the hub cache, online).
+
+    A name that looks like a path (`./`, `/`, `~`, not exactly one `/`, or under a local dir such as
+    `runs/`) is never sent to the hub: a typo in a path is reported as a missing directory, not as a
+    failed download.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    text = str(name)
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") != 1 or path.parent.is_dir()
+    if path.exists() or looks_local or not text.strip():
+        raise BertTasksError(
+            f"model dir {text}: no such directory; pass a dir written by `bert-tasks finetune`"
+        )
+    from huggingface_hub import snapshot_download  # deferred: only hub ids need it
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return Path(snapshot_download(text, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.yaml"]))
+    except (OSError, ValueError, HFValidationError) as error:
+        raise BertTasksError(
+            f"model {text}: no such local directory, and not fetched from the hub ({_first_line(error)}); "
+            "check the path, or the hub id while online"
+        ) from None
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _policy_without_one(path: Path, config: dict[str, Any]) -> ModelPolicy:
+    """A dir fine-tuned elsewhere: its head names the task; windows as long as its tokenizer allows."""
+    architectures = config.get("architectures") or [None]
+    name = task_of_architecture(architectures[0])
+    if name is None:
+        raise BertTasksError(
+            f"model dir {path}: not a fine-tuned model of a bert-tasks task (architectures "
+            f"{config.get('architectures')}); pass a dir written by `bert-tasks finetune`"
+        )
+    tokenizer_file = path / "tokenizer_config.json"
+    tokenizer_max = _json_object(tokenizer_file).get("model_max_length") if tokenizer_file.is_file() else None
+    max_length = min(tokenizer_max, MAX_POSITIONS) if isinstance(tokenizer_max, int) else MAX_POSITIONS
+    return ModelPolicy(name, max(8, max_length), _DEFAULT_STRIDE)
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BertTasksError(
+            f"{path}: not readable JSON ({error}); copy or save the model dir again"
+        ) from None
+    if not isinstance(data, dict):
+        raise BertTasksError(
+            f"{path}: holds {type(data).__name__}, not a JSON object; save the model dir again"
+        )
+    return data
+
+
+def _integer(data: dict[str, Any], key: str, where: str, low: int, high: int) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not an integer in [{low}, {high}]")
+    return value
+
+
+def _typed(data: dict[str, Any], key: str, where: str) -> Any:
+    """A task option, checked against the type its config key has."""
+    value, expected = data[key], _CONFIG_TYPES[key]
+    if expected is bool and not isinstance(value, bool):
+        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not true/false")
+    if expected in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not a number")
+    if expected is str and not isinstance(value, str):
+        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not a string")
+    return value
+
+
+def _bad(where: str, what: str) -> BertTasksError:
+    return BertTasksError(
+        f"{where}: {what}; fix config.json or train the model again with bert-tasks finetune"
+    )
+
+
+def _check_labels(model_dir: Path, labels: list[str]) -> None:
+    """Refuse transformers' placeholder names (LABEL_0, ...): predictions named so mean nothing to anyone."""
+    if all(re.fullmatch(r"LABEL_\d+", label) for label in labels):
+        raise BertTasksError(
+            f"model dir {model_dir}: config.json has no label names "
+            f"(id2label is {', '.join(labels) or 'missing'}); "
+            "add the real names to its id2label and label2id, or train the model with bert-tasks finetune"
+        )
+
+
+def _check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
+    """Refuse a half-written model.safetensors or a config.json that lost its labels, in one line.
+
+    Both would otherwise fail deep inside transformers (a safetensors header error, a size mismatch);
+    reading the safetensors header costs a few kilobytes.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    weights = model_dir / "model.safetensors"
+    if not weights.is_file():
+        return  # sharded or pickle weights: load_model says what is wrong with those
+    try:
+        with safe_open(weights, "pt") as file:
+            names = set(file.keys())
+            head = file.get_slice("classifier.weight").get_shape() if "classifier.weight" in names else None
+    except SafetensorError as error:
+        raise BertTasksError(
+            f"model dir {model_dir}: model.safetensors is damaged ({error}); the dir is half-written, "
+            "copy or save it again"
+        ) from None
+    if head is not None and head[0] != num_labels:
+        raise BertTasksError(
+            f"model dir {model_dir}: config.json names {num_labels} labels but the classifier has {head[0]} "
+            "outputs; put the label names (id2label) back into config.json or train the model again"
+        )

@@ -1,0 +1,81 @@
+"""The CLI answers before the heavy imports: help, config mistakes, data and model-dir mistakes.
+
+Checked structurally, in a fresh interpreter: which modules are loaded when the answer is given (the
+speed itself is measured by bench/startup.py, never in a test).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("torch", "transformers", "accelerate", "datasets")
+
+#: Runs `main(argv)` and reports its exit status and which heavy modules it had imported by then.
+PROBE = """
+import contextlib, io, json, sys
+from bert_tasks.cli import main
+argv = json.loads(sys.argv[1])
+with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(io.StringIO()):
+    try:
+        status = main(argv)
+    except SystemExit as exit:
+        status = exit.code
+loaded = [name for name in json.loads(sys.argv[2]) if name in sys.modules]
+print(json.dumps({"status": status, "loaded": loaded, "stderr": err.getvalue()}))
+"""
+
+
+def probe(argv: list[str], cwd: Path) -> dict[str, object]:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argv), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "message"),
+    [
+        (["--help"], 0, ""),
+        (["finetune", "--help"], 0, ""),
+        (["finetune", "sentiment", "learning_rat=3e-5"], 1, "unknown config key 'learning_rat'"),
+        (["finetune", "ner", "lr=abc"], 1, "lr='abc' on the command line: expected a number"),
+        (["finetune", "sentiment", "--recipe", "missing.yaml"], 1, "recipe not found"),
+        (["finetune", "sentiment", "train_file=missing.csv"], 1, "missing.csv: file not found"),
+        (["finetune", "sentiment", "train_file=bad.csv"], 1, "bad.csv:1: header has columns"),
+        (["predict", "ner", "--model", "nowhere/at/all", "a text"], 1, "no such directory"),
+        (["evaluate", "ner", "--model", "nowhere/at/all", "--data", "bad.csv"], 1, "no such directory"),
+    ],
+)
+def test_answers_come_before_torch_and_transformers(
+    tmp_path: Path, argv: list[str], status: int, message: str
+) -> None:
+    (tmp_path / "bad.csv").write_text("sentence,score\nfine,1\n", encoding="utf-8")
+    answer = probe([*argv, f"output_dir={tmp_path / 'out'}"] if argv[0] == "finetune" else argv, tmp_path)
+    assert answer["status"] == status, answer
+    assert message in answer["stderr"]
+    assert answer["loaded"] == [], f"{argv} imported {answer['loaded']} before answering"
+    assert not (tmp_path / "out").exists()
+
+
+def test_finetune_help_lists_every_config_key_with_its_default_and_meaning() -> None:
+    from bert_tasks.config import Config
+
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_tasks", "finetune", "--help"], capture_output=True, text=True, check=True
+    )
+    for name in Config.__dataclass_fields__:
+        if name != "task":
+            assert f"  {name}=" in result.stdout, name
+    assert re.search(r"\n  lr=5e-05 +peak learning rate \(AdamW\)\n", result.stdout)
+    assert re.search(r"\n  viterbi=true +NER: BIO-constrained Viterbi decoding", result.stdout)
