@@ -205,9 +205,12 @@ def test_a_failed_best_write_keeps_the_previous_best(tmp_path: Path) -> None:
             (Path(directory) / "model.safetensors").write_bytes(b"half")
             raise OSError("No space left on device")
 
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(
+        BertTasksError, match=r"could not write the best weights .*\(No space left on device\)"
+    ):
         save_best(DiskFull(tiny_bert_config()), tmp_path)
     assert (tmp_path / "best" / "model.safetensors").read_bytes() == before
+    assert not (tmp_path / "best.tmp").exists()  # the half-written copy does not keep the space
 
 
 def test_nan_loss_stops_at_its_exact_step(

@@ -17,8 +17,12 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:  # imported where used: finding the latest checkpoint (--resume's first check) needs none
     import torch
@@ -44,6 +48,7 @@ def save_checkpoint(
     Every process must call this (each writes its own RNG state). The weights keep the fused attention's
     in-memory names (`fused_qkv_names`), which every launcher, FSDP included, can save and load.
     """
+    from bert_tasks.inference.quantize import weight_bytes
     from bert_tasks.modeling.attention import fused_qkv_names
 
     folder = output_dir / CHECKPOINT_DIR
@@ -52,11 +57,16 @@ def save_checkpoint(
     if accelerator.is_main_process:
         _remove_incomplete(folder)
     accelerator.wait_for_everyone()
-    with fused_qkv_names(accelerator.unwrap_model(model)):
-        accelerator.save_state(str(partial))
-    accelerator.wait_for_everyone()  # every process writes its RNG state there: all must finish first
+    latest = latest_checkpoint(output_dir)
+    needed = tree_bytes(latest) if latest is not None else 3 * weight_bytes(model)  # weights + 2 moments
+    intact = f"{latest} is intact: free space, then --resume" if latest else "no checkpoint is complete yet"
+    with written_whole(partial, f"checkpoint {final}", needed, intact):
+        with fused_qkv_names(accelerator.unwrap_model(model)):
+            accelerator.save_state(str(partial))
+        accelerator.wait_for_everyone()  # every process writes its RNG state there: all must finish first
+        if accelerator.is_main_process:
+            (partial / RUN_STATE).write_text(json.dumps(run_state))
     if accelerator.is_main_process:
-        (partial / RUN_STATE).write_text(json.dumps(run_state))
         os.replace(partial, final)
         for old in _complete_checkpoints(output_dir)[:-keep]:
             (old / RUN_STATE).unlink()  # first, so a deletion cut short never looks like a checkpoint
@@ -72,12 +82,66 @@ def save_best(
 
     `state_dict` (default: the model's own) is what `full_state_dict` gathered when the model is sharded.
     """
+    from bert_tasks.inference.quantize import weight_bytes
+
     final = output_dir / BEST_DIR
     partial = final.with_name(final.name + ".tmp")
     shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial, state_dict=state_dict)
+    intact = f"the previous best weights in {final} are intact" if final.is_dir() else "no best weights yet"
+    with written_whole(partial, f"the best weights ({final})", weight_bytes(model), intact):
+        model.save_pretrained(partial, state_dict=state_dict)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(partial, final)
+
+
+@contextmanager
+def written_whole(partial: Path, what: str, needed: int, intact: str) -> Iterator[None]:
+    """Write into `partial` (a temporary dir): on a failed write remove it, and say so in one line.
+
+    A full disk (ENOSPC), a quota or a permission error would otherwise end in a traceback and leave a
+    half-written dir taking the space the next try needs. The line says what could not be written, how
+    much it needs against what is free, and what is still intact (`intact`). torch.save reports a failed
+    write as a RuntimeError ("... failed writing file ..." or, on a full disk, "unexpected pos ...") and
+    safetensors as a SafetensorError ("I/O error: No space left on device"): those count when their words
+    say so or the disk has less room than the write needs; their other errors pass.
+    """
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, RuntimeError, SafetensorError) as error:
+        disk_full = "No space left on device" in str(error) or shutil.disk_usage(partial.parent).free < needed
+        if not (isinstance(error, OSError) or disk_full or _WRITE_FAILURE.search(str(error))):
+            raise
+        shutil.rmtree(partial, ignore_errors=True)
+        free = shutil.disk_usage(partial.parent).free
+        raise BertTasksError(
+            f"could not write {what} ({_reason(error, disk_full)}); it needs about {_mib(needed)} and "
+            f"{_mib(free)} are free on {partial.parent}; {intact}"
+        ) from error
+
+
+def _reason(error: Exception, disk_full: bool) -> str:
+    """The failure in a few words: the OS's own, or plain words for the writers' ("unexpected pos ...")."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    if disk_full:
+        return "No space left on device"
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+#: How torch.save and safetensors word a failed write.
+_WRITE_FAILURE = re.compile(r"writ|I/O error|No space left", re.IGNORECASE)
+
+
+def tree_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder`."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
 
 
 def full_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shlex
 import shutil
 import time
@@ -31,6 +32,7 @@ from transformers import get_linear_schedule_with_warmup
 from bert_tasks.config import Config, save_config
 from bert_tasks.data.batching import eval_loader, model_inputs, train_loader
 from bert_tasks.errors import BertTasksError
+from bert_tasks.inference.quantize import weight_bytes
 from bert_tasks.inference.windows import collect_window_logits
 from bert_tasks.insight.plots import plot_training_curves
 from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
@@ -47,12 +49,15 @@ from bert_tasks.training.checkpoints import (
     load_run_state,
     save_best,
     save_checkpoint,
+    written_whole,
 )
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.stopping import StopSignals, TrainingInterrupted
 
 logger = logging.getLogger(__name__)
 
+#: Where the final model dir is written before its files move into output_dir.
+STAGING_DIR = ".model.tmp"
 #: Keys of a checkpoint's run_state.json that hold the LossWindow, not the RunState.
 _WINDOW_KEYS = ("loss_since_log", "micro_steps_since_log")
 
@@ -431,15 +436,36 @@ class Run:
     def _save_model(
         self, model: torch.nn.Module, weights: dict[str, torch.Tensor], metrics: dict[str, Any]
     ) -> None:
-        """The model dir's files; metrics.json last, since it marks the run finished."""
+        """Write the model dir beside the run (`.model.tmp`), then move its files in; metrics.json last.
+
+        metrics.json marks a finished run, so a failed write (a full disk) never leaves a dir that looks
+        finished: the staging dir is removed and the line says what is intact (best/, checkpoints).
+        """
         output_dir = self.output_dir
-        before = set(path.name for path in output_dir.iterdir())
-        model.save_pretrained(output_dir, state_dict=weights)
-        self.tokenizer.save_pretrained(output_dir)
-        plot_training_curves(self.state.history, output_dir / "training_curves.png")
-        self.output.record(*(set(path.name for path in output_dir.iterdir()) - before), "metrics.json")
-        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        staging = output_dir / STAGING_DIR
+        self.output.record(STAGING_DIR)  # before anything is written there, so --overwrite may clear it
+        shutil.rmtree(staging, ignore_errors=True)
+        needed = weight_bytes(model) + 2**20  # the weights, and about 1 MiB of tokenizer and plots
+        with written_whole(staging, f"the model to {output_dir}", needed, self._what_is_intact()):
+            model.save_pretrained(staging, state_dict=weights)
+            self.tokenizer.save_pretrained(staging)
+            plot_training_curves(self.state.history, staging / "training_curves.png")
+            (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        names = sorted(path.name for path in staging.iterdir())
+        self.output.record(*names)
+        for name in sorted(names, key=lambda name: name == "metrics.json"):
+            os.replace(staging / name, output_dir / name)
+        staging.rmdir()
         shutil.rmtree(output_dir / BEST_DIR, ignore_errors=True)
+
+    def _what_is_intact(self) -> str:
+        best = self.output_dir / BEST_DIR
+        checkpoint = latest_checkpoint(self.output_dir)
+        if self.state.best_step is not None and best.is_dir():
+            return f"no model was saved; the best weights (step {self.state.best_step}) are intact in {best}"
+        if checkpoint is not None:
+            return f"no model was saved; the last complete checkpoint is {checkpoint} (free space, --resume)"
+        return "no model was saved"
 
 
 def _adamw(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
