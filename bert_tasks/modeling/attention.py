@@ -137,7 +137,9 @@ class FusedBertSelfAttention(BertSelfAttention):
         is_causal = self.is_causal and mask is None and seq_len > 1
         dropout_p = self.dropout.p if self.training else 0.0
 
-        if kwargs.get("output_attentions", False):
+        # Asked for per call, or once in the config (`output_attentions=True` there): stock eager attention
+        # hands its probabilities out either way, and transformers' capturing hooks record them.
+        if kwargs.get("output_attentions", self.config.output_attentions):
             context, probs = self._attend_with_probs(query, key, value, mask, is_causal)
         elif self._math_is_faster(query, key.shape[-2]):
             context, _ = self._attend_with_probs(query, key, value, mask, is_causal)

@@ -193,3 +193,14 @@ def test_decoder_self_attention_is_causal_and_matches():
         cached = patched(input_ids=input_ids, use_cache=True).logits
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(cached, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_output_attentions_set_in_the_config_is_honoured(padded_batch):
+    """`config.output_attentions=True` (not passed per call): stock eager returns the probabilities, and so
+    must the patched model (it returned none, silently)."""
+    stock, patched = stock_and_patched(BertModel, "eager", output_attentions=True)
+    expected = stock(**padded_batch).attentions
+    actual = patched(**padded_batch).attentions
+    assert len(actual) == len(expected) == 2
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want)
