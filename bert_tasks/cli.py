@@ -197,7 +197,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     from bert_tasks.inference.evaluate import evaluate_file
     from bert_tasks.tasks import task_class
 
-    model_dir = Path(args.model or f"runs/{args.task}")
+    model_dir = Path(_model_dir(args))
     out_dir = Path(args.out) if args.out else model_dir / f"eval-{Path(args.data).stem}"
     metrics = evaluate_file(
         args.task,
@@ -223,7 +223,7 @@ def _predict(args: argparse.Namespace) -> None:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
     if args.batch_size < 1:
         raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
-    model_dir = args.model or f"runs/{args.task}"
+    model_dir = _model_dir(args)
     read_policy(model_dir, args.task)  # a wrong or damaged model dir is answered before torch loads
     from bert_tasks.inference.predictor import Predictor
 
@@ -236,6 +236,19 @@ def _predict(args: argparse.Namespace) -> None:
             print(json.dumps(predictor.task.record(text, prediction), ensure_ascii=False))
     else:
         print(predictor.task.render_predictions(texts, predictions))
+
+
+def _model_dir(args: argparse.Namespace) -> str:
+    """`--model`, or where `finetune` saves by default (`runs/<task>`), which a newcomer may lack yet."""
+    if args.model is not None:
+        return args.model
+    default = f"runs/{args.task}"
+    if not os.path.isdir(default):
+        raise BertTasksError(
+            f"no model at {default} (the default --model); train one with `bert-tasks finetune {args.task}` "
+            "or pass --model DIR"
+        )
+    return default
 
 
 def _attention(args: argparse.Namespace) -> None:
