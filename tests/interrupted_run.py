@@ -3,9 +3,11 @@
     python tests/interrupted_run.py SIGNAL POINT finetune sentiment key=value ...
 
 POINT is `micro-batch:N` (just before the N-th backward pass, so in the middle of an optimizer update
-when grad_accum > 1) or `checkpoint:NAME` (while checkpoint NAME is being written: Accelerate has written
-the weights and the optimizer state into NAME.tmp, the rest is still to come). The process signals
-itself, so where it stops does not depend on how fast the machine is, as a timer or a poll would.
+when grad_accum > 1), `checkpoint:NAME` (while checkpoint NAME is being written: Accelerate has written
+the weights and the optimizer state into NAME.tmp, the rest is still to come) or `loading` (as the base
+model's tokenizer starts loading: the data are read, output_dir is claimed and still empty). The process
+signals itself, so where it stops does not depend on how fast the machine is, as a timer or a poll would.
+SIGSTOP pauses it there, holding what it holds (output_dir's lock), until the test sends SIGCONT.
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ def signal_while_writing(signum: int, checkpoint: str) -> None:
     torch.save = watched_save
 
 
+def signal_while_loading(signum: int) -> None:
+    """Send `signum` as the run starts loading its base model (its tokenizer first)."""
+    from transformers import AutoTokenizer
+
+    from_pretrained = AutoTokenizer.from_pretrained
+
+    def watched_from_pretrained(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signum)
+        return from_pretrained(*args, **kwargs)
+
+    AutoTokenizer.from_pretrained = watched_from_pretrained  # type: ignore[method-assign]
+
+
 if __name__ == "__main__":
     name, point, *argv = sys.argv[1:]
     kind, _, where = point.partition(":")
@@ -56,6 +71,8 @@ if __name__ == "__main__":
         signal_at_micro_batch(signal.Signals[name], int(where))
     elif kind == "checkpoint":
         signal_while_writing(signal.Signals[name], where)
+    elif kind == "loading":
+        signal_while_loading(signal.Signals[name])
     else:
-        sys.exit(f"unknown point {point!r}; use micro-batch:N or checkpoint:NAME")
+        sys.exit(f"unknown point {point!r}; use micro-batch:N, checkpoint:NAME or loading")
     sys.exit(main(argv))

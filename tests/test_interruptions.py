@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,81 @@ def uninterrupted(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 def run_interrupted(signal_name: str, point: str, overrides: list[str]) -> subprocess.CompletedProcess[str]:
     """`bert-tasks finetune sentiment` in a fresh process that gets `signal_name` at `point`."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    command = [sys.executable, str(DRIVER), signal_name, point, "finetune", "sentiment", *overrides]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    command = driver_command(signal_name, point, overrides)
+    return subprocess.run(command, capture_output=True, text=True, env=process_env(), timeout=300)
+
+
+def driver_command(signal_name: str, point: str, overrides: list[str]) -> list[str]:
+    """tests/interrupted_run.py's command line for `finetune sentiment` with `overrides`."""
+    return [sys.executable, str(DRIVER), signal_name, point, "finetune", "sentiment", *overrides]
+
+
+def process_env() -> dict[str, str]:
+    """One thread and no Hub for the real processes, as in the test process itself."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def start_paused(point: str, overrides: list[str], stderr: Path) -> subprocess.Popen[bytes]:
+    """`bert-tasks finetune sentiment` in a fresh process that stops itself (SIGSTOP) at `point`.
+
+    Returns once it has stopped there, holding whatever it holds (output_dir's lock) until SIGCONT or a
+    kill. Its stderr goes to a file: a pipe nobody reads could fill up and block it before `point`.
+    """
+    with stderr.open("wb") as log:
+        process = subprocess.Popen(
+            driver_command("SIGSTOP", point, overrides), stdout=log, stderr=log, env=process_env()
+        )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(process.pid, os.WUNTRACED | os.WNOHANG)
+        if pid and os.WIFSTOPPED(status):
+            return process
+        assert not pid, f"it ended before {point}:\n{stderr.read_text()[-2000:]}"
+        time.sleep(0.05)
+    process.kill()
+    pytest.fail(f"it did not reach {point} in 300 s:\n{stderr.read_text()[-2000:]}")
+
+
+def bert_tasks(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The `bert-tasks` command (`python -m bert_tasks`) in a fresh process."""
+    command = [sys.executable, "-m", "bert_tasks", *argv]
+    return subprocess.run(command, capture_output=True, text=True, env=process_env(), timeout=300)
+
+
+def assert_in_use(refused: subprocess.CompletedProcess[str], run: Path, holder: int) -> None:
+    """Exit status 1 and one line: `run` is in use by the bert-tasks process `holder`."""
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith(
+        f"bert-tasks: error: output_dir {run} is in use by another bert-tasks run (pid {holder})"
+    )
+
+
+def files(root: Path) -> list[str]:
+    """Every file under `root`, as paths relative to it."""
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
+
+
+def resume_with_the_printed_command(
+    interrupted: subprocess.CompletedProcess[str], status: int, run: Path, uninterrupted: Path
+) -> None:
+    """An interruption during update 7: exit `status`, no traceback, and exactly one `bert-tasks:` line
+    (the last) naming step 7's checkpoint and the command that continues; that command, run, ends where
+    the uninterrupted run ends."""
+    assert interrupted.returncode == status, interrupted.stderr[-2000:]
+    assert "Traceback" not in interrupted.stderr
+    lines = interrupted.stderr.strip().splitlines()
+    assert [line for line in lines if line.startswith("bert-tasks: ")] == lines[-1:]
+    checkpoint = run / "checkpoints" / "step-00000007"
+    recipe = shlex.quote(str(run / "recipe.yaml"))
+    assert lines[-1] == (
+        f"bert-tasks: interrupted at step 7; checkpoint saved to {checkpoint}; "
+        f"continue with: bert-tasks finetune sentiment --recipe {recipe} --resume"
+    )
+    assert latest_checkpoint(run) == checkpoint
+    command = shlex.split(lines[-1].split("continue with: ")[1])
+    assert main(command[1:]) == 0
+    assert_same_run(run, uninterrupted)
 
 
 def assert_same_run(resumed: Path, expected: Path) -> None:
@@ -152,15 +225,70 @@ def test_ctrl_c_checkpoints_exits_130_and_the_printed_command_resumes(
     interrupted = run_interrupted(
         "SIGINT", "micro-batch:13", fast_overrides("sentiment", tiny_model, run, **SETTINGS)
     )
-    assert interrupted.returncode == 130, interrupted.stderr[-2000:]
-    last_line = interrupted.stderr.strip().splitlines()[-1]
-    checkpoint = run / "checkpoints" / "step-00000007"
-    assert last_line.startswith(f"bert-tasks: interrupted at step 7; checkpoint saved to {checkpoint}; ")
-    assert "Traceback" not in interrupted.stderr
-    assert latest_checkpoint(run) == checkpoint
-    command = shlex.split(last_line.split("continue with: ")[1])
-    assert command[:2] == ["bert-tasks", "finetune"] and command[-1] == "--resume"
-    assert main(command[1:]) == 0
+    resume_with_the_printed_command(interrupted, 130, run, uninterrupted)
+
+
+@pytest.mark.slow  # real processes, interrupted and resumed
+def test_sigterm_checkpoints_exits_143_and_the_printed_command_resumes(
+    uninterrupted: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Slurm's time limit, a Kubernetes eviction or `timeout` sends SIGTERM during update 7's first
+    micro-batch: as with Ctrl-C, update 7 finishes and is checkpointed, exit status 143 (128 + 15) and one
+    line with the checkpoint and the command that continues; that command ends the run."""
+    run = tmp_path / "run"
+    interrupted = run_interrupted(
+        "SIGTERM", "micro-batch:13", fast_overrides("sentiment", tiny_model, run, **SETTINGS)
+    )
+    resume_with_the_printed_command(interrupted, 128 + signal.SIGTERM, run, uninterrupted)
+
+
+@pytest.mark.slow  # real processes, one paused while another starts
+@pytest.mark.parametrize(
+    ("point", "flags"),
+    [("loading", []), ("micro-batch:7", ["--overwrite"])],
+    ids=["same-command-while-loading", "overwrite-while-training"],
+)
+def test_a_second_run_on_a_dir_in_use_is_refused_at_once(
+    point: str, flags: list[str], uninterrupted: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    """A job submitted twice, or a second `--overwrite` typed in another terminal, while the first run
+    loads its model (the dir is still empty: only the lock keeps the second out) or trains (the second
+    would delete its files): the second exits 1 at once, in one line naming the first's pid, the first
+    finishes undisturbed, and the dir holds that one run's files."""
+    run = tmp_path / "run"
+    overrides = fast_overrides("sentiment", tiny_model, run, **SETTINGS)
+    first = start_paused(point, overrides, tmp_path / "first.log")
+    try:
+        if point == "loading":
+            assert list(run.iterdir()) == []
+        assert_in_use(bert_tasks("finetune", "sentiment", *overrides, *flags), run, first.pid)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.wait(timeout=300)
+    assert first.returncode == 0, (tmp_path / "first.log").read_text()[-2000:]
+    assert files(run) == files(uninterrupted)
+    assert_same_run(run, uninterrupted)
+
+
+@pytest.mark.slow  # real processes, one killed
+@pytest.mark.parametrize("flag", ["--resume", "--overwrite"])
+def test_a_killed_runs_lock_goes_with_it(
+    flag: str, uninterrupted: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    """A run killed mid-update 7 (the OOM killer, `scancel`, `kill -9`), while a second one was refused
+    its dir: right after the kill, `--resume` or `--overwrite` is accepted (no stale lock to remove by
+    hand) and ends where the uninterrupted run ends."""
+    run = tmp_path / "run"
+    overrides = fast_overrides("sentiment", tiny_model, run, **SETTINGS)
+    first = start_paused("micro-batch:14", overrides, tmp_path / "first.log")
+    try:
+        assert_in_use(bert_tasks("finetune", "sentiment", *overrides, flag), run, first.pid)
+    finally:
+        first.kill()
+        first.wait(timeout=60)
+    assert first.returncode == -signal.SIGKILL
+    assert main(["finetune", "sentiment", *overrides, flag]) == 0
+    assert files(run) == files(uninterrupted)
     assert_same_run(run, uninterrupted)
 
 
@@ -192,6 +320,29 @@ def test_ctrl_c_in_library_use_raises_keyboard_interrupt_and_restores_the_handle
     else:
         assert not isinstance(interrupt.value, TrainingInterrupted)
         assert latest_checkpoint(out) is None
+
+
+def test_a_second_sigterm_stops_at_once_with_the_sigterm_status(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scheduler that sends SIGTERM twice sees 143 (not Ctrl-C's 130) and no checkpoint is written."""
+    backward, calls = Accelerator.backward, []
+
+    def terminated_twice(self: Accelerator, loss: torch.Tensor, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+        backward(self, loss, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "backward", terminated_twice)
+    out = tmp_path / "run"
+    overrides = fast_overrides("sentiment", tiny_model, out, max_steps=5, validation_file=None)
+    assert main(["finetune", "sentiment", *overrides]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "bert-tasks: stopped at once by a second signal, without a checkpoint"
+    )
+    assert latest_checkpoint(out) is None
 
 
 def test_a_failed_best_write_keeps_the_previous_best(tmp_path: Path) -> None:
