@@ -345,7 +345,7 @@ class Run:
         state.best_scores = scores
         weights = full_state_dict(self.accelerator, self.model)  # every process: gathering FSDP shards
         if self.accelerator.is_main_process:
-            self.output.record(BEST_DIR)
+            self.output.record(BEST_DIR, f"{BEST_DIR}.tmp")  # a kill mid-write leaves best.tmp: ours too
             save_best(self.accelerator.unwrap_model(self.model), self.output_dir, weights)
         self.accelerator.wait_for_everyone()
 

@@ -27,6 +27,14 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.signal_number = signal_number
 
 
+class StoppedAtOnce(KeyboardInterrupt):
+    """A second Ctrl-C or SIGTERM: the run stopped at once, without a checkpoint (the last one stands)."""
+
+    def __init__(self, signal_number: int) -> None:
+        super().__init__("stopped at once by a second signal, without a checkpoint")
+        self.signal_number = signal_number
+
+
 #: The signals that ask a run to stop: Ctrl-C, and what Slurm, Kubernetes, systemd and `timeout` send
 #: before they kill a process.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -88,5 +96,5 @@ class StopSignals:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.interrupted:
-            raise KeyboardInterrupt  # a second Ctrl-C or SIGTERM: stop now, without a checkpoint
+            raise StoppedAtOnce(signum)  # a second Ctrl-C or SIGTERM: stop now, without a checkpoint
         self.interrupted, self.signal_number = True, signum
