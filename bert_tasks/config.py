@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -30,6 +31,14 @@ MIXED_PRECISION = ("auto", "bf16", "fp16", "no")
 MAX_POSITIONS = 512
 #: Fields holding paths to local data files: `~` is expanded and relative paths are made absolute.
 FILE_FIELDS = ("train_file", "validation_file", "test_file")
+#: A recipe is a short flat mapping: a bigger file is refused before it is parsed.
+MAX_RECIPE_BYTES = 64 * 1024
+#: Upper bounds of the integer keys (with the range checks in `_validate`): what the library can take.
+MAX_BATCH = 2**20  # batch sizes, grad_accum, keep_checkpoints: far past any memory, short of torch's limits
+MAX_COUNT = 2**31 - 1  # update and sample counts: an int32, as schedulers and samplers take
+MAX_SEED = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
+MAX_EPOCHS = 1_000_000  # epochs * updates per epoch must stay a count
+MAX_CONLL_COLUMN = 1024  # conll_tag_index in [-1024, 1024]
 
 
 def _key(default: Any, meaning: str) -> Any:
@@ -143,11 +152,43 @@ _HF_NAMES = {
 }
 
 
+class _DuplicateKeyError(yaml.YAMLError):
+    """A mapping names the same key twice (YAML would silently keep the last)."""
+
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(f"duplicate key {key!r} on line {line}")
+        self.key, self.line, self.first = key, line, first
+
+
 class _RecipeLoader(yaml.SafeLoader):
     """YAML 1.1's `yes`/`no`/`on`/`off` booleans removed, so `mixed_precision: no` stays the string "no".
 
-    Strings like "yes" still become booleans for bool fields, through `_coerce`.
+    Strings like "yes" still become booleans for bool fields, through `_coerce`. A key given twice in one
+    mapping is an error, not a silent last-one-wins.
     """
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue  # a collection key: SafeLoader refuses it as unhashable
+                key, line = self.construct_object(key_node), key_node.start_mark.line + 1
+                if key in seen:
+                    raise _DuplicateKeyError(key, line, seen[key])
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:
+        """An int past Python's 4300-digit limit stays text, judged by `_coerce` as on the command line."""
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            return node.value
+
+
+_RecipeLoader.add_constructor("tag:yaml.org,2002:int", _RecipeLoader.construct_yaml_int)
 
 
 _RecipeLoader.yaml_implicit_resolvers = {
@@ -173,8 +214,9 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
         task: The command's task; when the recipe (or an override) also names one, they must agree.
 
     Raises:
-        BertTasksError: Unreadable recipe, unknown key, badly typed value, conflicting task, or a value
-            out of range.
+        BertTasksError: Unreadable, oversized or aliased recipe, a key given twice, unknown key, badly
+            typed, nested or empty value, conflicting task, or a value out of range (each message names
+            where the value came from).
     """
     recipe = _read_recipe(Path(path).expanduser()) if path is not None else {}
     from_recipe = _typed(recipe, f"in recipe {path}")
@@ -187,12 +229,19 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
         for key in _DEMO_KEYS:
             task_defaults.pop(key, None)
     values = {**task_defaults, **user, "task": task}
-    for key in FILE_FIELDS:
-        if values.get(key) is not None:
-            values[key] = str(Path(values[key]).expanduser().resolve())
-    if values.get("output_dir") is not None:
-        values["output_dir"] = str(Path(values["output_dir"]).expanduser())
-    return Config(**values)
+    for key in (*FILE_FIELDS, "output_dir"):
+        if _filled(values.get(key)):  # a blank path stays blank, for _validate to refuse (never ".")
+            path_value = Path(values[key]).expanduser()
+            values[key] = str(path_value if key == "output_dir" else path_value.resolve())
+    sources = {
+        **dict.fromkeys(task_defaults, f"from the {task} task's defaults"),
+        **dict.fromkeys(from_recipe, f"in recipe {path}"),
+        **dict.fromkeys(from_cli, "on the command line"),
+    }
+    try:
+        return Config(**values)
+    except _BadValueError as error:
+        raise BertTasksError(error.located(sources.get(error.key, "from the defaults"))) from None
 
 
 def save_config(cfg: Config, path: str | Path) -> Path:
@@ -208,9 +257,27 @@ def _read_recipe(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise BertTasksError(f"{path}: recipe not found; check the path (relative to the current directory)")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_RecipeLoader)
+        with path.open("rb") as file:
+            raw = file.read(MAX_RECIPE_BYTES + 1)
+    except OSError as e:
+        raise BertTasksError(f"{path}: cannot read the recipe ({e.strerror}); check its permissions") from e
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise BertTasksError(
+            f"{path}: recipe is over {MAX_RECIPE_BYTES // 1024} KiB; a recipe is a short mapping of config "
+            "keys, trim it"
+        )
+    try:
+        text = raw.decode("utf-8")
+        _check_events(text, path)
+        data = yaml.load(text, Loader=_RecipeLoader)
+    except _DuplicateKeyError as e:
+        raise BertTasksError(
+            f"{path}:{e.line}: duplicate key {_show(str(e.key))} (first on line {e.first}); keep one of them"
+        ) from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise BertTasksError(f"{path}: not valid YAML ({' '.join(str(e).split())}); fix the recipe") from e
+        raise BertTasksError(
+            f"{path}: not valid YAML ({_show(' '.join(str(e).split()), 200)}); fix the recipe"
+        ) from e
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -218,12 +285,44 @@ def _read_recipe(path: Path) -> dict[str, Any]:
     return data
 
 
+def _check_events(text: str, path: Path) -> None:
+    """Refuse anchors, aliases and nesting from the parse events, before any value is built.
+
+    A recipe is a flat mapping of `key: value` (a value may be a list of plain values), so it never needs
+    an alias, and refusing them all refuses alias bombs ("billion laughs") before they can expand.
+    """
+    depth, top_nodes, key, in_mapping = 0, 0, None, False
+    for event in yaml.parse(text, Loader=_RecipeLoader):
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise BertTasksError(
+                f"{path}:{line}: YAML anchor/alias '{event.anchor}' in a recipe; write the value out "
+                "(a recipe is a flat mapping of key: value)"
+            )
+        if isinstance(event, yaml.CollectionStartEvent):
+            in_mapping = isinstance(event, yaml.MappingStartEvent) if depth == 0 else in_mapping
+            key = key if depth != 1 or top_nodes % 2 else None  # a collection as a key has no name
+            depth += 1
+            if depth > 2:
+                where = f"the value of {_show(key)}" if in_mapping and isinstance(key, str) else "a value"
+                raise BertTasksError(
+                    f"{path}:{line}: {where} nests a list or mapping inside a list or mapping; a recipe is "
+                    "a flat mapping of key: value (lists of plain values only)"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+            top_nodes += depth == 1
+        elif isinstance(event, yaml.ScalarEvent) and depth == 1:
+            key = event.value if top_nodes % 2 == 0 else key
+            top_nodes += 1
+
+
 def _parse_overrides(overrides: Sequence[str]) -> dict[str, str]:
     parsed = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BertTasksError(f"override '{item}' on the command line is not key=value; e.g. lr=3e-5")
+            raise BertTasksError(f"override {_show(item)} on the command line is not key=value; e.g. lr=3e-5")
         parsed[key.strip()] = value.strip()
     return parsed
 
@@ -235,7 +334,7 @@ def _typed(raw: Mapping[Any, Any], source: str) -> dict[str, Any]:
         if key not in _FIELDS:
             close = [_HF_NAMES[key]] if key in _HF_NAMES else difflib.get_close_matches(str(key), _FIELDS, 1)
             hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(_FIELDS)}"
-            raise BertTasksError(f"unknown config key '{key}' {source}; {hint}")
+            raise BertTasksError(f"unknown config key {_show(str(key))} {source}; {hint}")
         typed[key] = _coerce(key, value, _TYPES[key], source)
     return typed
 
@@ -249,15 +348,25 @@ def _coerce(key: str, value: Any, annotation: Any, source: str) -> Any:
         if optional:
             return None
         raise BertTasksError(f"{key}=None {source}: expected {_type_name(target)}; this key needs a value")
+    if isinstance(value, Mapping):
+        raise BertTasksError(
+            f"{key}={_show(value)} {source}: a nested mapping, expected {_type_name(annotation)}; config "
+            f"keys are flat, give {key}: VALUE"
+        )
     converted = _convert(value, target)
     if converted is None:
         expected = _type_name(annotation)
-        raise BertTasksError(f"{key}={value!r} {source}: expected {expected}; fix the value")
+        raise BertTasksError(f"{key}={_show(value)} {source}: expected {expected}; fix the value")
     return converted
 
 
 def _convert(value: Any, target: Any) -> Any:
-    """The converted value, or None when `value` does not fit `target`."""
+    """The converted value, or None when `value` does not fit `target` (a mapping never fits).
+
+    Booleans are never numbers (`batch_size: true` is refused, not 1); ranges are `_validate`'s.
+    """
+    if isinstance(value, Mapping):
+        return None
     if target is bool:
         if isinstance(value, bool):
             return value
@@ -268,6 +377,9 @@ def _convert(value: Any, target: Any) -> Any:
             return None
         if isinstance(value, int):
             return value
+        exact = _to_int(value)
+        if exact is not None:
+            return exact
         number = _to_float(value)
         return int(number) if number is not None and number.is_integer() else None
     if target is float:
@@ -277,17 +389,39 @@ def _convert(value: Any, target: Any) -> Any:
     if typing.get_origin(target) is list:
         if isinstance(value, str):
             value = [part.strip().strip("'\"") for part in value.strip().strip("[]").split(",")]
-        if not isinstance(value, list) or not all(isinstance(v, (str, int)) and v != "" for v in value):
+        if not isinstance(value, list) or not all(
+            isinstance(v, (str, int)) and _filled(str(v)) for v in value
+        ):
             return None
         return [str(v) for v in value]
     raise TypeError(f"config field type {target} has no converter")
 
 
+def _to_int(value: Any) -> int | None:
+    """A string's exact integer ("12345678901234567890" is not rounded through a float), else None."""
+    try:
+        return int(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def _to_float(value: Any) -> float | None:
     try:
         return float(value)
+    except OverflowError:  # an int too big for a float: as infinite, which `_validate` refuses
+        return math.inf if value > 0 else -math.inf
     except (TypeError, ValueError):
         return None
+
+
+def _filled(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    """`repr(value)` on one line, cut to `limit` characters: messages stay one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _type_name(annotation: Any) -> str:
@@ -318,41 +452,98 @@ def _resolve_task(command: str | None, recipe: str | None, cli: str | None, path
     return task
 
 
+class _BadValueError(BertTasksError):
+    """A value out of range; `load_recipe` adds where it came from (the recipe, the command line, ...)."""
+
+    def __init__(self, key: str, value: Any, rule: str) -> None:
+        self.key, self.value, self.rule = key, value, rule
+        super().__init__(f"bad config: {key}={_show(value)}, {rule}")
+
+    def located(self, where: str) -> str:
+        return f"{self} ({where})"
+
+
+#: Keys by annotated type, for the rules that hold for every key of a type (finite floats, non-blank strings).
+_FLOAT_KEYS = tuple(k for k, t in _TYPES.items() if float in (t, *typing.get_args(t)))
+_INT_KEYS = tuple(k for k, t in _TYPES.items() if int in (t, *typing.get_args(t)))
+_STR_KEYS = tuple(k for k, t in _TYPES.items() if str in (t, *typing.get_args(t)))
+
+
 def _validate(cfg: Config) -> None:
-    """Range checks, one line each, so a bad value fails before any data or model loads."""
+    """Range checks, one line each, so a bad value fails before any data or model loads.
+
+    One table: every float key must be finite, every string key non-blank, and every int key lies within
+    bounds the library can take (`_INT_KEYS` all appear below; tests/test_config_edges.py checks it).
+    """
     metrics = task_class(cfg.task).metric_names if cfg.task in task_names() else ()
+    value = cfg.__dict__.get
     checks = [
-        ("task", cfg.task in task_names(), f"one of {', '.join(task_names())}"),
-        ("batch_size", cfg.batch_size >= 1, ">= 1"),
-        ("eval_batch_size", cfg.eval_batch_size >= 1, ">= 1"),
-        ("lr", cfg.lr > 0, "> 0"),
-        ("grad_accum", cfg.grad_accum >= 1, ">= 1"),
-        ("warmup_ratio", 0 <= cfg.warmup_ratio < 1, "in [0, 1)"),
-        ("max_steps", cfg.max_steps >= 0, ">= 0 (0 = train for `epochs`)"),
-        ("epochs", cfg.epochs > 0 or cfg.max_steps > 0, "> 0 unless max_steps > 0"),
-        ("max_length", 8 <= cfg.max_length <= MAX_POSITIONS, f"in [8, {MAX_POSITIONS}] (BERT's positions)"),
-        ("stride", 0 <= cfg.stride < cfg.max_length / 2, f">= 0 and < max_length/2 ({cfg.max_length / 2:g})"),
-        ("mixed_precision", cfg.mixed_precision in MIXED_PRECISION, f"one of {', '.join(MIXED_PRECISION)}"),
-        ("weight_decay", cfg.weight_decay >= 0, ">= 0"),
-        ("max_grad_norm", cfg.max_grad_norm >= 0, ">= 0 (0 = no clipping)"),
-        ("logging_steps", cfg.logging_steps >= 1, ">= 1"),
+        *(
+            (key, value(key) is None or math.isfinite(value(key)), "must be a finite number")
+            for key in _FLOAT_KEYS
+        ),
+        *((key, value(key) is None or _filled(value(key)), _blank_rule(key)) for key in _STR_KEYS),
+        ("task", cfg.task in task_names(), f"must be one of {', '.join(task_names())}"),
+        ("batch_size", *_within(cfg.batch_size, 1, MAX_BATCH)),
+        ("eval_batch_size", *_within(cfg.eval_batch_size, 1, MAX_BATCH)),
+        ("lr", cfg.lr > 0, "must be > 0"),
+        ("grad_accum", *_within(cfg.grad_accum, 1, MAX_BATCH)),
+        ("warmup_ratio", 0 <= cfg.warmup_ratio < 1, "must be in [0, 1)"),
+        ("max_steps", *_within(cfg.max_steps, 0, MAX_COUNT, "0 = train for `epochs`")),
+        (
+            "epochs",
+            (cfg.epochs > 0 or cfg.max_steps > 0) and cfg.epochs <= MAX_EPOCHS,
+            f"must be > 0 unless max_steps > 0, and <= {MAX_EPOCHS}",
+        ),
+        ("max_length", *_within(cfg.max_length, 8, MAX_POSITIONS, "BERT's positions")),
+        (
+            "stride",
+            0 <= cfg.stride < cfg.max_length / 2,
+            f"must be >= 0 and < max_length/2 ({cfg.max_length / 2:g})",
+        ),
+        (
+            "mixed_precision",
+            cfg.mixed_precision in MIXED_PRECISION,
+            f"must be one of {', '.join(MIXED_PRECISION)}",
+        ),
+        ("weight_decay", cfg.weight_decay >= 0, "must be >= 0"),
+        ("max_grad_norm", cfg.max_grad_norm >= 0, "must be >= 0 (0 = no clipping)"),
+        ("logging_steps", *_within(cfg.logging_steps, 1, MAX_COUNT)),
         (
             "attention_dropout",
             cfg.attention_dropout is None or 0.0 <= cfg.attention_dropout < 1.0,
-            "in [0, 1) or none (keep the model's)",
+            "must be in [0, 1) or none (keep the model's)",
         ),
-        ("eval_every", cfg.eval_every >= 0, ">= 0 (0 = end of each epoch)"),
-        ("save_every", cfg.save_every >= 0, ">= 0 (0 = off)"),
-        ("keep_checkpoints", cfg.keep_checkpoints >= 1, ">= 1 (the newest checkpoints kept)"),
-        ("early_stopping_patience", cfg.early_stopping_patience >= 0, ">= 0 (0 = off)"),
-        ("max_train_samples", cfg.max_train_samples is None or cfg.max_train_samples >= 1, ">= 1 or none"),
-        ("max_eval_samples", cfg.max_eval_samples is None or cfg.max_eval_samples >= 1, ">= 1 or none"),
-        ("label_names", cfg.label_names is None or _distinct(cfg.label_names), "non-empty and distinct"),
-        ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"one of {', '.join(metrics)}"),
+        ("conll_tag_index", *_within(cfg.conll_tag_index, -MAX_CONLL_COLUMN, MAX_CONLL_COLUMN, "-1 = last")),
+        ("seed", *_within(cfg.seed, 0, MAX_SEED, "numpy's seed range")),
+        ("eval_every", *_within(cfg.eval_every, 0, MAX_COUNT, "0 = end of each epoch")),
+        ("save_every", *_within(cfg.save_every, 0, MAX_COUNT, "0 = off")),
+        ("keep_checkpoints", *_within(cfg.keep_checkpoints, 1, MAX_BATCH, "the newest checkpoints kept")),
+        ("early_stopping_patience", *_within(cfg.early_stopping_patience, 0, MAX_COUNT, "0 = off")),
+        ("max_train_samples", *_within(cfg.max_train_samples, 1, MAX_COUNT, "or none")),
+        ("max_eval_samples", *_within(cfg.max_eval_samples, 1, MAX_COUNT, "or none")),
+        (
+            "label_names",
+            cfg.label_names is None or _distinct(cfg.label_names),
+            "must be non-empty and distinct",
+        ),
+        ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"must be one of {', '.join(metrics)}"),
     ]
     for key, ok, rule in checks:
         if not ok:
-            raise BertTasksError(f"bad config: {key}={getattr(cfg, key)!r}, must be {rule}")
+            raise _BadValueError(key, getattr(cfg, key), rule)
+
+
+def _within(value: int | None, low: int, high: int, note: str = "") -> tuple[bool, str]:
+    """The check and the rule of an int key bounded to [low, high] (None passes: an unset optional key)."""
+    rule = f"must be >= {low} and <= {high}" + (f" ({note})" if note else "")
+    return value is None or low <= value <= high, rule
+
+
+def _blank_rule(key: str) -> str:
+    optional = type(None) in typing.get_args(_TYPES[key])
+    unset = f"or {key}=none to unset it" if optional else "or leave the key out for the default"
+    return f"must not be empty: give a value, {unset}"
 
 
 def _distinct(names: list[str]) -> bool:
