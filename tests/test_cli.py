@@ -222,8 +222,9 @@ def test_predict_file_plain_lines_and_jsonl(
 def test_predict_file_dash_reads_standard_input(
     sentiment_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--file -` reads the texts from standard input, lines or JSONL as from a file."""
-    piped = b'{"text": "From a pipe."}\nSecond line.\n'
+    """`--file -` reads the texts from standard input, lines or JSONL as from a file (the format decided
+    once, from the first line: here JSON Lines, so every line is a record)."""
+    piped = b'{"text": "From a pipe."}\n{"text": "Second line."}\n'
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(piped), encoding="utf-8"))
     capsys.readouterr()
     assert main(["predict", "sentiment", "--model", str(sentiment_dir), "--json", "--file", "-"]) == 0
@@ -235,7 +236,7 @@ def test_predict_file_dash_reads_standard_input(
     ("piped", "message"),
     [
         (b"", "nothing to predict"),
-        (b"fine\n{not json\n", "<stdin>:2: invalid JSON"),
+        (b'{"text": "fine"}\n{not json\n', "<stdin>:2: invalid JSON"),
         (b"fine\ncaf\xe9\n", "<stdin>:2: byte 0xe9 at offset 8 is not UTF-8"),
     ],
 )

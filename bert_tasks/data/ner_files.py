@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from bert_tasks.data.files import json_records, read_utf8
+from bert_tasks.data.files import check_text, describe, is_blank, json_records, read_utf8
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
@@ -113,14 +113,19 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
 def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     """Read a CoNLL-style column file: token in column 0, tag in column `tag_index`.
 
-    Columns are tab-separated when the line has a tab (tokens may then contain spaces), otherwise split
-    on whitespace runs (CoNLL-2003's `token POS chunk NER`). Blank or whitespace-only lines end a
-    sentence; `-DOCSTART-` lines are document markers and are skipped.
+    Columns are tab-separated when the line has a tab (tokens may then contain spaces), otherwise
+    separated by runs of ASCII spaces (CoNLL-2003's `token POS chunk NER`); a no-break space or other
+    non-ASCII whitespace is part of a token, never a separator. Blank lines (nothing visible: whitespace,
+    control and format characters only) end a sentence; `-DOCSTART-` lines are document markers and are
+    skipped.
     """
     if tag_index == 0:
         raise BertTasksError("conll_tag_index=0 points at the token column; use the tag column (e.g. -1)")
     path = Path(path)
-    text = read_utf8(path)
+    return _conll_dataset(path, read_utf8(path), tag_index)
+
+
+def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
     repairs = _RepairLog(path)
     tokens: list[list[str]] = []
     tags: list[list[str]] = []
@@ -138,33 +143,49 @@ def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
         sentence_tags.clear()
         where.clear()
 
-    needed = tag_index + 1 if tag_index > 0 else 1 - tag_index
     for number, line in _lines(text):
-        if not line.strip():
+        token_tag = _conll_line(f"{path}:{number}", line, tag_index)
+        if token_tag is None:
             flush()
             continue
-        columns = [c.strip() for c in line.rstrip().split("\t")] if "\t" in line else line.split()
-        if columns[0] == DOCSTART:
-            flush()
-            continue
-        at = f"{path}:{number}"
-        if len(columns) < needed:
-            raise BertTasksError(
-                f"{at}: expected at least {needed} columns (token ... tag), found "
-                f"{len(columns)}; fix the line or set conll_tag_index"
-            )
-        if not columns[0]:
-            raise BertTasksError(f"{at}: empty token in column 0; remove the line or put the token first")
-        tag = columns[tag_index]
-        check_tag(tag, at)
-        sentence.append(columns[0])
-        sentence_tags.append(tag)
-        where.append(at)
+        sentence.append(token_tag[0])
+        sentence_tags.append(token_tag[1])
+        where.append(f"{path}:{number}")
     flush()
     repairs.report()
     if not tokens:
         raise BertTasksError(f"{path}: no sentences found (only -DOCSTART- or blank lines); check the file")
     return _token_dataset(tokens, tags)
+
+
+def _columns(line: str) -> list[str]:
+    """A CoNLL line's columns: split at tabs if it has one, else at runs of ASCII spaces, and nothing else."""
+    if "\t" in line:
+        return [c.strip(" ") for c in line.rstrip(" \t").split("\t")]
+    return [c for c in line.split(" ") if c]
+
+
+def _conll_line(at: str, line: str, tag_index: int) -> tuple[str, str] | None:
+    """(token, tag) of one CoNLL line, or None for a sentence break (a blank or `-DOCSTART-` line)."""
+    if is_blank(line):
+        return None
+    check_text(line, at, "the line")
+    columns = _columns(line)
+    if columns[0] == DOCSTART:
+        return None
+    needed = tag_index + 1 if tag_index > 0 else 1 - tag_index
+    if len(columns) < needed:
+        odd = sorted({f"U+{ord(c):04X}" for c in line if c.isspace() and c not in " \t"})
+        hint = f" (columns are separated by tabs or ASCII spaces; {', '.join(odd)} is part of a token)"
+        raise BertTasksError(
+            f"{at}: expected at least {needed} columns (token ... tag), found "
+            f"{len(columns)}{hint if odd else ''}; fix the line or set conll_tag_index"
+        )
+    if is_blank(columns[0]):
+        raise BertTasksError(f"{at}: empty token in column 0; remove the line or put the token first")
+    tag = columns[tag_index]
+    check_tag(tag, at)
+    return columns[0], tag
 
 
 def _tokens_and_tags(
@@ -179,9 +200,15 @@ def _tokens_and_tags(
             )
     if len(tokens) != len(tags):
         raise BertTasksError(f"{where}: {len(tokens)} tokens but {len(tags)} tags; give one tag per token")
-    for token in tokens:
-        if not token.strip():
-            raise BertTasksError(f"{where}: empty or whitespace-only token; remove it from {tokens_column!r}")
+    for number, token in enumerate(tokens, start=1):
+        if is_blank(token):
+            raise BertTasksError(
+                f"{where}: token {number} is empty or invisible (whitespace, control or format characters "
+                f"only); remove it from {tokens_column!r}"
+            )
+        check_text(token, where, f"token {number} in {tokens_column!r}")
+    for number, tag in enumerate(tags, start=1):
+        check_text(tag, where, f"tag {number} in {tag_column!r}")
     for tag in tags:
         check_tag(tag, where)
     return tokens, tags
@@ -190,7 +217,10 @@ def _tokens_and_tags(
 def read_jsonl_tokens(path: str | Path, tokens_column: str = "tokens", tag_column: str = "tags") -> Dataset:
     """Read JSON Lines records holding pre-split tokens and one BIO tag per token."""
     path = Path(path)
-    text = read_utf8(path)
+    return _jsonl_tokens_dataset(path, read_utf8(path), tokens_column, tag_column)
+
+
+def _jsonl_tokens_dataset(path: Path, text: str, tokens_column: str, tag_column: str) -> Dataset:
     repairs = _RepairLog(path)
     tokens, tags = [], []
     for where, record in json_records(path, text):
@@ -214,9 +244,15 @@ def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]
     if not isinstance(spans, list):
         raise BertTasksError(f"{where}: 'spans' must be a list of {{start, end, label}} objects")
     checked = []
-    for span in spans:
+    for number, span in enumerate(spans, start=1):
         fields = span if isinstance(span, dict) else {}
         start, end, label = fields.get("start"), fields.get("end"), fields.get("label")
+        for name, offset in (("start", start), ("end", end)):
+            if isinstance(offset, bool) or (offset is not None and not isinstance(offset, int)):
+                raise BertTasksError(
+                    f"{where}: span {number}: {name} is {describe(offset)}, not an integer character "
+                    "offset; fix the offsets"
+                )
         if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
             raise BertTasksError(
                 f"{where}: span {span!r} needs integer start < end within the text (length {len(text)}); "
@@ -226,6 +262,7 @@ def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]
             raise BertTasksError(
                 f"{where}: span label {label!r} must be an entity type such as 'Disease' (no B-/I- prefix)"
             )
+        check_text(label, where, f"the label of span {number}")
         checked.append((start, end, label))
     checked.sort()
     for (s1, e1, _), (s2, e2, _) in itertools.pairwise(checked):
@@ -270,7 +307,10 @@ def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
     one warning; overlapping spans are an error.
     """
     path = Path(path)
-    raw = read_utf8(path)
+    return _jsonl_spans_dataset(path, read_utf8(path), text_column)
+
+
+def _jsonl_spans_dataset(path: Path, raw: str, text_column: str) -> Dataset:
     columns: dict[str, list] = {"tokens": [], "tags": [], "text": [], "word_offsets": []}
     cut_reports: list[str] = []
     for where, record in json_records(path, raw):
@@ -279,6 +319,7 @@ def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
             raise BertTasksError(
                 f"{where}: field {text_column!r} must be a string; fix the record or set text_column"
             )
+        check_text(text, where, f"the text in {text_column!r}")
         spans = _check_spans(where, text, record.get("spans", []))
         words, offsets = words_with_offsets(text)
         tags, cutting = spans_to_tags(offsets, spans)
@@ -340,10 +381,11 @@ def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
     _, first = next(json_records(path, text), (None, None))
     if first is None:
         raise BertTasksError(f"{path}: no records found; give at least one JSON object")
+    # The text read here is parsed, not the path read again: a FIFO or `<(...)` can be read only once.
     if cfg.tokens_column in first:
-        return read_jsonl_tokens(path, cfg.tokens_column, cfg.tag_column)
+        return _jsonl_tokens_dataset(path, text, cfg.tokens_column, cfg.tag_column)
     if cfg.text_column in first and "spans" in first:
-        return read_jsonl_spans(path, cfg.text_column)
+        return _jsonl_spans_dataset(path, text, cfg.text_column)
     raise BertTasksError(
         f"{path}: first record has fields {sorted(first)}; NER JSON needs {cfg.tokens_column!r} + "
         f"{cfg.tag_column!r}, or {cfg.text_column!r} + 'spans'; set tokens_column/tag_column/text_column"
