@@ -7,6 +7,7 @@ task's cross-split checks (labels the training data never shows) apply to whatev
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bert_tasks.data.hub import hub_split_names
@@ -49,8 +50,20 @@ def read_splits(task: Task, cfg: Config) -> dict[str, Dataset]:
             "or dataset=<hub id>"
         )
     if "train" in splits:
+        _check_learnable(task, splits["train"], sources["train"], cfg)
         task.check_splits(splits, sources, cfg)
     return splits
+
+
+def _check_learnable(task: Task, train: Dataset, source: str, cfg: Config) -> None:
+    """A training split with one label only (one sentiment class, or NER without any entity) trains to
+    loss 0 and scores 1.0 while learning nothing: refuse it, for every task by the same rule."""
+    found = task.label_names(train, replace(cfg, label_names=None))  # what the data shows, not the names
+    if len(found) < 2:
+        raise BertTasksError(
+            f"{source}: the training data has one label only ({found[0]!r}), so a model would learn nothing; "
+            "add examples of another label (for NER: tag some entities), or check label_column/tag_column"
+        )
 
 
 def _capped(data: Dataset, limit: int | None) -> Dataset:

@@ -14,6 +14,7 @@ from datasets import ClassLabel, Dataset, Features, Sequence, Value
 from bert_tasks.config import load_recipe
 from bert_tasks.data import ner_files, text_classification
 from bert_tasks.data import splits as split_rule
+from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import get_task
 from tests.helpers import write_conll, write_jsonl
 
@@ -95,3 +96,16 @@ def test_files_alone_and_caps_apply_to_every_split(task: str, tmp_path: Path) ->
         task, [f"train_file={train}", f"test_file={train}", "max_train_samples=3", "max_eval_samples=2"]
     )
     assert {split: len(rows) for split, rows in data.items()} == {"train": 3, "test": 2}
+
+
+@pytest.mark.parametrize("task", ["sentiment", "ner"])
+def test_a_training_set_with_one_label_only_is_refused(task: str, tmp_path: Path) -> None:
+    """One sentiment class, or NER data without a single entity, would train to loss 0 and score 1.0."""
+    if task == "sentiment":
+        train = write_jsonl(tmp_path / "train.jsonl", [{"text": f"t {i}", "label": "pos"} for i in range(4)])
+        label = "'pos'"
+    else:
+        train = write_conll(tmp_path / "train.conll", [[("no", "O"), ("entity", "O")]] * 3)
+        label = "'O'"
+    with pytest.raises(BertTasksError, match=f"^{train}: the training data has one label only \\({label}\\)"):
+        read(task, [f"train_file={train}"])
