@@ -8,6 +8,8 @@ Each row is a fresh subprocess, timed from spawn to exit (wall time), --repeats 
 median, min and max, and the median's ratio to the floor's median. The rows run round-robin, one run of
 each row per repeat, so machine noise hits all rows alike. Rows (select some with --rows NAME,NAME):
   floor          python -c "import torch, transformers": the least any bert-tasks command has to load
+  bert-floor     python -c "import torch, transformers.models.bert.modeling_bert": what any command that
+                 builds a BERT must import before bert-tasks runs a line of its own (not a ratio target)
   help           bert-tasks --help
   finetune-help  bert-tasks finetune --help
   config-error   bert-tasks finetune sentiment lr=abc
@@ -42,6 +44,7 @@ PREDICT_TEXT = "The patient suffers from severe headaches and occasional nausea.
 #: The environment every subprocess gets on top of this one's: no network, no tokenizer threads warning.
 ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 FLOOR = "import torch, transformers"
+BERT_FLOOR = "import torch, transformers.models.bert.modeling_bert"
 #: One run's outcome: the finished process, or why there is none (it timed out).
 Outcome = subprocess.CompletedProcess | str
 
@@ -63,6 +66,7 @@ def make_rows(bert_tasks: str) -> list[Row]:
     finetune = f"{bert_tasks} finetune sentiment"
     return [
         Row("floor", f'`python -c "{FLOOR}"`', [sys.executable, "-c", FLOOR]),
+        Row("bert-floor", f'`python -c "{BERT_FLOOR}"`', [sys.executable, "-c", BERT_FLOOR]),
         Row("help", f"`{bert_tasks} --help`", ["--help"]),
         Row("finetune-help", f"`{bert_tasks} finetune --help`", ["finetune", "--help"]),
         Row(
@@ -139,7 +143,7 @@ def check(row: Row, done: Outcome) -> str | None:
         return f"{'; '.join(wrong)}; stderr's last line: {last_line(done.stderr)}" if wrong else None
     if done.returncode != 0:
         return f"exit status {done.returncode}; stderr's last line: {last_line(done.stderr)}"
-    if row.name != "floor" and not done.stdout.strip():
+    if not row.name.endswith("floor") and not done.stdout.strip():
         return f"exit status 0 but no output; stderr's last line: {last_line(done.stderr)}"
     return None
 
@@ -198,7 +202,7 @@ def main() -> None:
                 if row.failed:
                     continue
                 filled = [arg.format(tmp=tmp, run=run, model=model) for arg in row.args]
-                command = filled if row.name == "floor" else [*prefix, *filled]
+                command = filled if row.name.endswith("floor") else [*prefix, *filled]
                 seconds, done = run_once(command, tmp, args.timeout)
                 row.failed = check(row, done)
                 if not row.failed:

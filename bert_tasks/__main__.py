@@ -1,7 +1,5 @@
 """`python -m bert_tasks ...` (what `accelerate launch -m bert_tasks ...` runs): the same CLI."""
 
-import sys
+from bert_tasks.cli import run
 
-from bert_tasks.cli import main
-
-sys.exit(main())
+run()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import NoReturn
 
 from bert_tasks import __version__
 from bert_tasks.config import DEFAULT_MODEL, Config
@@ -63,6 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     return 0
+
+
+def run() -> NoReturn:
+    """The console script and `python -m bert_tasks`: `main`, then exit with its status.
+
+    What the command loaded lives until the process ends, so the collector is spared a last walk over
+    it at exit (about 0.8 s of every command on 2 cores, bench/startup.py). `main` itself leaves the
+    collector alone, for programs that call it.
+    """
+    status = main()
+    gc.freeze()
+    sys.exit(status)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -279,4 +293,4 @@ def _export(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
