@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bert_tasks.data.batching import eval_loader
+from bert_tasks.data.files import check_text, is_blank
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import SizeChange, check_method, quantize_model
 from bert_tasks.inference.windows import collect_window_logits
@@ -70,8 +71,9 @@ class Predictor:
         if not texts:
             return []
         for index, text in enumerate(texts):
-            if not isinstance(text, str) or not text.strip():
+            if not isinstance(text, str) or is_blank(text):  # zero-width characters only are empty too
                 raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
+            check_text(text, f"text {index + 1}")  # NUL, lone surrogates: the tokenizer would choke
         raw = self.task.texts_to_raw(texts)
         return self.task.decode(raw, *self._window_logits(raw), self.id2label)
 
