@@ -28,6 +28,7 @@ from bert_tasks.errors import BertTasksError
 _INVISIBLE = frozenset(("Cc", "Cf"))
 #: Characters no text may hold: NUL, and the UTF-16 surrogate halves (never a character on their own).
 _FORBIDDEN = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: The line breaks of a `--file` of texts: LF, CRLF, or a lone CR (never U+2028 and the like, which
 #: JSON strings may hold raw).
 _LINE_BREAK = re.compile("\r\n|\r|\n")
@@ -42,13 +43,15 @@ def is_blank(text: str) -> bool:
     return all(c.isspace() or unicodedata.category(c) in _INVISIBLE for c in text)
 
 
-def check_text(text: str, where: str, what: str = "the text") -> str:
+def check_text(text: str, where: str, what: str = "the text", *, nul: bool = False) -> str:
     """`text`, unless it holds a NUL or a lone surrogate: then a BertTasksError naming `where` and the offset.
 
     `where` is `file:line` (or `file: record N`), or `text N` for command-line texts; `what` names the
-    string inside it ("the text in column 'review'", "token 3").
+    string inside it ("the text in column 'review'", "token 3"). `nul=True` lets NULs through: in a text
+    to predict one is just a control character (the tokenizer skips it), while in a data file it almost
+    always means a UTF-16 or binary file.
     """
-    found = _FORBIDDEN.search(text)
+    found = (_SURROGATE if nul else _FORBIDDEN).search(text)
     if found is None:
         return text
     offset, code = found.start(), ord(found.group())

@@ -73,7 +73,7 @@ class Predictor:
         for index, text in enumerate(texts):
             if not isinstance(text, str) or is_blank(text):  # zero-width characters only are empty too
                 raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
-            check_text(text, f"text {index + 1}")  # NUL, lone surrogates: the tokenizer would choke
+            check_text(text, f"text {index + 1}", nul=True)  # a lone surrogate: the tokenizer would choke
         raw = self.task.texts_to_raw(texts)
         return self.task.decode(raw, *self._window_logits(raw), self.id2label)
 
