@@ -17,6 +17,7 @@ OMP_NUM_THREADS=1 taskset -c 1 python bench/profile_step.py > bench/results/prof
 run finetune_sentiment_quality python bench/finetune_sentiment.py --quality --output-dir runs/sentiment_sst2
 run finetune_ner_bc5cdr python bench/finetune_ner.py --corpus bc5cdr --output-dir runs/ner_bc5cdr
 run finetune_ner_speed python bench/finetune_ner.py --corpus bc5cdr --baseline tuned --max-train-samples 2000 --epochs 1
+run startup python bench/startup.py --repeats 5
 run predict_speed python bench/predict_speed.py --sentiment-model runs/sentiment_sst2 --ner-model runs/ner_bc5cdr
 run precision python bench/precision.py --sentiment-model runs/sentiment_sst2 --sentiment-data ../shared/data/sst2/dev.tsv \
   --ner-model runs/ner_bc5cdr --ner-data ../shared/data/bc5cdr/test.tsv
