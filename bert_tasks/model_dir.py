@@ -93,7 +93,8 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
 
     Raises:
         BertTasksError: no such dir, no config.json, a policy with wrong types or ranges, a dir that is no
-            fine-tuned model of a registered task, or one of another task than `expected_task`.
+            fine-tuned model of a registered task, or one of another task than `expected_task`, an id2label
+            whose keys are no ids or that names one label twice.
     """
     path = local_model_dir(model_dir)
     config_file = path / "config.json"
@@ -104,6 +105,7 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
         policy = ModelPolicy.from_json(config[POLICY_KEY], str(config_file))
     else:
         policy = _policy_without_one(path, config)
+    _label_names(config_file, config)
     if expected_task is not None and policy.task != expected_task:
         raise BertTasksError(
             f"model dir {path} holds a {policy.task} model, not a {expected_task} model; "
@@ -133,18 +135,20 @@ def load_finetuned(
 
     Raises:
         BertTasksError: everything `read_policy` refuses, placeholder label names (LABEL_0, ...), weights
-            that are half-written or disagree with the config's labels, or weights that do not load.
+            that are half-written, disagree with the config's labels or layers or sizes, or do not load, and
+            tokenizer files that do not load or do not fit the model.
     """
-    from bert_tasks.modeling.load import load_model, load_tokenizer
+    from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 
     path = local_model_dir(model_dir)
     policy = read_policy(path, expected_task)
-    config = _json_object(path / "config.json")
-    labels = [str(name) for _, name in sorted((int(k), v) for k, v in (config.get("id2label") or {}).items())]
+    labels = _label_names(path / "config.json", _json_object(path / "config.json"))
     _check_labels(path, labels)
     _check_weights_match_labels(path, len(labels))
     tokenizer = load_tokenizer(path)
-    model = load_model(path, policy.task, allow_pickle=allow_pickle).eval()
+    # complete: every weight of the head must be in the file, so no part of it runs on random values.
+    model = load_model(path, policy.task, allow_pickle=allow_pickle, complete=True).eval()
+    check_tokenizer_fits(tokenizer, model, path)
     task = task_class(policy.task)(**policy.task_options)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     return FinetunedModel(path, model, tokenizer, task, policy, id2label)
@@ -234,6 +238,28 @@ def _bad(where: str, what: str) -> BertTasksError:
     return BertTasksError(
         f"{where}: {what}; fix config.json or train the model again with bert-tasks finetune"
     )
+
+
+def _label_names(config_file: Path, config: dict[str, Any]) -> list[str]:
+    """config.json's label names in id order; one line for an id2label with keys that are no ids, or one
+    that gives two ids the same name: predictions would name one label for two classes, and the scores
+    (keyed by name) would lose one of them and contradict the label."""
+    id2label = config.get("id2label") or {}
+    try:
+        pairs = sorted((int(key), str(name)) for key, name in dict(id2label).items())
+    except (TypeError, ValueError):
+        raise _bad(
+            str(config_file), '\'id2label\' is not an object of ids ("0", "1", ...) to label names'
+        ) from None
+    first_id: dict[str, int] = {}
+    for label_id, name in pairs:
+        if name in first_id:
+            raise _bad(
+                str(config_file),
+                f"'id2label' gives ids {first_id[name]} and {label_id} the same name {name!r}",
+            )
+        first_id[name] = label_id
+    return [name for _, name in pairs]
 
 
 def _check_labels(model_dir: Path, labels: list[str]) -> None:

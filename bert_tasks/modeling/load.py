@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
+import re
 from pathlib import Path
+from typing import Any
 
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from torch import nn
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from bert_tasks.config import DEFAULT_MODEL
 from bert_tasks.errors import BertTasksError
 from bert_tasks.modeling.patch import patch_bert
 
+logger = logging.getLogger(__name__)
+
 _DEFAULT_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}
+#: Where a BERT checkpoint's encoder lives (under a head's `bert.` prefix, or at the top of a BertModel): it
+#: must always load whole. Everything else (pooler, classifier, cls.*) is a task head, which may start fresh.
+_ENCODER_PARTS = ("embeddings.", "encoder.")
+_IN_INPUT_ORDER = (*_ENCODER_PARTS, "pooler.")
+#: The tokenizer files transformers reads from a model dir, JSON first, as it does.
+_TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.json")
+#: A word, and one of rare symbols that WordPiece vocabularies lack: encoding it needs the [UNK] token. A
+#: vocabulary without one loads, and fails only when first used (mid-prediction): loading encodes this once.
+_PROBE = "a \U0001d518\u2603\U0001f600"
 
 #: Heads for library users who want a patched model that no task trains; a task's own head comes from
 #: the task registry (`Task.head`).
@@ -89,31 +105,69 @@ def load_model(
     labels: list[str] | None = None,
     *,
     allow_pickle: bool = False,
+    complete: bool = False,
 ) -> PreTrainedModel:
     """Load any BERT checkpoint as the head for `task`, patched with the fused attention.
 
     Args:
         name_or_path: "all-MiniLM-L6-v2" (the bundled default), a local model dir or a hub id.
         task: a registered task ("sentiment", "ner", ...) or a generic head ("base", "masked-lm", ...).
-        labels: label names in id order for a new classification head; None keeps the checkpoint's.
+        labels: label names in id order for a new classification head; None keeps the checkpoint's. A
+            checkpoint whose classifier was trained for other labels keeps its encoder; its head starts fresh.
         allow_pickle: accept pickle-based `pytorch_model.bin` weights, which can run arbitrary code
             when loaded; by default only safetensors load.
+        complete: the weights must be exactly those of the head (a fine-tuned model dir); otherwise only
+            the encoder must be whole, and a head the checkpoint lacks starts fresh.
+
+    Raises:
+        BertTasksError: weights that do not load, or that do not fit the model config.json describes.
     """
     head = head_class(task)
     path = resolve_model_path(name_or_path)
-    label_config = {}
-    if labels is not None:
-        label_config = {
-            "num_labels": len(labels),
-            "id2label": dict(enumerate(labels)),
-            "label2id": {label: i for i, label in enumerate(labels)},
-        }
-    config = load_config(path, **label_config)
+    saved = load_config(path)
+    saved_labels = [str(name) for _, name in sorted(saved.id2label.items())]
+    config = saved if labels is None else load_config(path, **_label_config(labels))
     if getattr(config, "pruned_heads", None):
-        return _load_pruned(head, config, path)
+        model, info = _load_pruned(head, config, path)
+    else:
+        model, info = _load_pretrained(head, config, path, name_or_path, allow_pickle)
+    _check_weights_fit(model, info, name_or_path, path, complete)
+    if labels is not None and _head_is_for_other_labels(model, info, saved_labels, labels):
+        _start_fresh(model, model.classifier)
+        logger.info(
+            "model %s: its classifier has %d labels (%s), this run has %d (%s): the encoder is kept, "
+            "the head starts fresh",
+            name_or_path,
+            len(saved_labels),
+            _some(saved_labels),
+            len(labels),
+            _some(labels),
+        )
+    return patch_bert(model)
+
+
+def _label_config(labels: list[str]) -> dict[str, Any]:
+    return {
+        "num_labels": len(labels),
+        "id2label": dict(enumerate(labels)),
+        "label2id": {label: i for i, label in enumerate(labels)},
+    }
+
+
+def _load_pretrained(
+    head: type[PreTrainedModel], config: AutoConfig, path: str, name: str | Path, allow_pickle: bool
+) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """The model and transformers' loading info (missing, unexpected and mis-shaped keys, HF names)."""
     try:
-        model = head.from_pretrained(
-            path, config=config, use_safetensors=not allow_pickle, attn_implementation="sdpa"
+        # ignore_mismatched_sizes: a classifier trained for other labels loads as a fresh one instead of
+        # raising; `_check_weights_fit` refuses every other mis-shaped weight.
+        return head.from_pretrained(
+            path,
+            config=config,
+            use_safetensors=not allow_pickle,
+            attn_implementation="sdpa",
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
         )
     except (OSError, ValueError, SafetensorError) as error:
         # A truncated or corrupt model.safetensors (an interrupted copy) raises SafetensorError.
@@ -124,27 +178,176 @@ def load_model(
             else "check the dir"
         )
         raise BertTasksError(
-            f"model {name_or_path}: could not load weights ({_first_line(error)}); {hint}"
+            f"model {name}: could not load weights ({_first_line(error)}); {hint}"
         ) from error
-    return patch_bert(model)
+
+
+def _check_weights_fit(
+    model: PreTrainedModel, info: dict[str, Any], name: str | Path, path: str, complete: bool
+) -> None:
+    """Refuse weights that do not fit config.json, naming the first misfit and its shapes.
+
+    transformers fills every gap with random values and only warns (a warning bert-tasks silences), so a
+    config.json that says more layers than the file holds, renamed keys or other sizes would give a model
+    that answers differently on each load, or trains from random layers. Its loading info already names
+    the gaps after its own renames and prefix handling, so it is used rather than comparing keys here.
+    """
+    shapes = {key: list(tensor.shape) for key, tensor in model.state_dict().items()}
+    problems = [(key, f"{key} {shapes.get(key, '')} is not in the weights") for key in info["missing_keys"]]
+    problems += [
+        (key, f"the weights hold {key} {_saved_shape(path, key)}, for which config.json has no place")
+        for key in info["unexpected_keys"]
+        if not _unused_pooler(model, key)
+    ]
+    problems += [
+        (key, f"{key} is {list(saved)} in the weights but {list(expected)} in config.json")
+        for key, saved, expected in info["mismatched_keys"]
+    ]
+    if not complete:  # a base model: only its encoder must be whole, a head it lacks starts fresh
+        problems = [
+            (key, what) for key, what in problems if key.removeprefix("bert.").startswith(_ENCODER_PARTS)
+        ]
+    if problems:
+        _, what = min(problems, key=lambda problem: _input_order(problem[0]))
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise BertTasksError(
+            f"model {name}: its weights do not match its config.json: {what}{more}; put back the config.json "
+            "saved with these weights, or save the model again"
+        )
+
+
+def _unused_pooler(model: PreTrainedModel, key: str) -> bool:
+    """A pooler saved with a head that has none (token classification): unused, so harmless."""
+    return (
+        key.removeprefix("bert.").startswith("pooler.") and getattr(model.base_model, "pooler", None) is None
+    )
+
+
+def _head_is_for_other_labels(
+    model: PreTrainedModel, info: dict[str, Any], saved_labels: list[str], labels: list[str]
+) -> bool:
+    """The checkpoint holds a classifier, trained for other labels (or another order) than this run's."""
+    if not isinstance(getattr(model, "classifier", None), nn.Module):
+        return False
+    if any(key.startswith("classifier.") for key in info["missing_keys"]):
+        return False  # a base model: the head is new anyway, nothing to say
+    mis_shaped = any(key.startswith("classifier.") for key, *_ in info["mismatched_keys"])
+    return mis_shaped or saved_labels != labels
+
+
+def _start_fresh(model: PreTrainedModel, module: nn.Module) -> None:
+    """Draw `module`'s weights anew, as transformers draws a head the checkpoint lacks.
+
+    A classifier of the same shape trained for other labels would load as if it knew them. transformers'
+    initialisation skips the tensors it loaded (flagged `_is_hf_initialized`), hence the flags go first.
+    """
+    for tensor in module.parameters():
+        tensor._is_hf_initialized = False
+    model._init_weights(module)
+
+
+def _some(labels: list[str]) -> str:
+    return ", ".join(labels[:4]) + (", ..." if len(labels) > 4 else "")
+
+
+def _input_order(key: str) -> list[Any]:
+    """Embeddings, layers 0, 1, ..., 10 (not 0, 1, 10, 2), pooler, head: the first misfit is the earliest."""
+    key = key.removeprefix("bert.")
+    part = next(
+        (i for i, prefix in enumerate(_IN_INPUT_ORDER) if key.startswith(prefix)), len(_IN_INPUT_ORDER)
+    )
+    return [part, *(int(piece) if piece.isdigit() else piece for piece in re.split(r"(\d+)", key))]
+
+
+def _saved_shape(path: str, key: str) -> str:
+    """A key's shape in a local model.safetensors (read from its header), or "" where there is none."""
+    from safetensors import safe_open
+
+    weights = Path(path) / "model.safetensors"
+    try:
+        with safe_open(weights, "pt") as file:
+            return str(file.get_slice(key).get_shape()) if key in set(file.keys()) else ""
+    except (OSError, SafetensorError):
+        return ""
 
 
 def load_tokenizer(name_or_path: str | Path = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
-    """The model's fast tokenizer (windowing and word alignment need a fast one)."""
+    """The model's fast tokenizer (windowing and word alignment need a fast one).
+
+    Raises:
+        BertTasksError: a model dir without tokenizer files, or one whose tokenizer files do not load
+            (named, with the reader's words).
+    """
     path = resolve_model_path(name_or_path)
+    directory = Path(path)
+    if directory.is_dir():
+        load_config(path)  # a dir that holds no BERT model says so before its tokenizer is looked at
+        if not any((directory / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+            # transformers would build a tokenizer of its five special tokens: every word would be [UNK].
+            raise BertTasksError(
+                f"model dir {path}: no tokenizer.json or vocab.txt; copy the model's tokenizer files in "
+                "(tokenizer.save_pretrained(dir))"
+            )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as error:
+        tokenizer(_PROBE)
+    except Exception as error:
+        # A bad file surfaces as whatever its reader raises (JSONDecodeError, KeyError, the tokenizers
+        # library's plain Exception "WordPiece error: ..."), naming no file: find the file, then say so.
+        bad = _bad_tokenizer_file(directory) if directory.is_dir() else None
+        what, reason = bad if bad else (f"model {name_or_path}", None)
         raise BertTasksError(
-            f"model {name_or_path}: could not load its tokenizer ({_first_line(error)})"
+            f"{what}: could not load the tokenizer ({reason or _first_line(error)}); copy the model's "
+            "tokenizer files again (tokenizer.save_pretrained(dir))"
         ) from error
     if not tokenizer.is_fast:
         raise BertTasksError(f"model {name_or_path}: needs a fast tokenizer (tokenizer.json)")
     return tokenizer
 
 
-def _load_pruned(head: type[PreTrainedModel], config: AutoConfig, path: str) -> PreTrainedModel:
-    """Rebuild a head-pruned model: prune the fresh model to the saved shapes, then load the weights."""
+def _bad_tokenizer_file(directory: Path) -> tuple[Path, str | None] | None:
+    """The first tokenizer file that its own reader refuses, and why (None: transformers' words say it).
+
+    tokenizer.json is read by the tokenizers library (JSON, then its schema: model type, a vocab holding
+    [UNK]), the other JSON files as JSON; vocab.txt is read only when there is no tokenizer.json, so it is
+    the one to blame when every other file reads.
+    """
+    from tokenizers import Tokenizer
+
+    for file in (directory / name for name in _TOKENIZER_JSON):
+        try:
+            if file.name == "tokenizer.json" and file.is_file():
+                Tokenizer.from_file(str(file)).encode(_PROBE)
+            elif file.is_file():
+                json.loads(file.read_text(encoding="utf-8"))
+        except Exception as error:  # see load_tokenizer: the readers' error types vary
+            return file, _first_line(error)
+    vocab = directory / "vocab.txt"
+    if vocab.is_file() and not (directory / "tokenizer.json").is_file():
+        return vocab, None
+    return None
+
+
+def check_tokenizer_fits(
+    tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, name: str | Path
+) -> None:
+    """Refuse a tokenizer with ids past the model's embeddings: such a token would fail mid-prediction."""
+    size, vocab_size = len(tokenizer), model.config.vocab_size
+    if size > vocab_size:
+        raise BertTasksError(
+            f"model {name}: its tokenizer has {size} tokens but the model's embeddings only {vocab_size}; "
+            "the tokenizer files belong to another model: copy the model's own in (tokenizer.save_pretrained)"
+        )
+
+
+def _load_pruned(
+    head: type[PreTrainedModel], config: AutoConfig, path: str
+) -> tuple[PreTrainedModel, dict[str, Any]]:
+    """Rebuild a head-pruned model: prune the fresh model to the saved shapes, then load what fits.
+
+    from_pretrained cannot build pruned shapes, so it gives no loading info here: the same three sets come
+    from the file's shapes against the pruned model's (whose state_dict has transformers' names too).
+    """
     weights = Path(path) / "model.safetensors"
     if not weights.is_file():
         raise BertTasksError(f"model dir {path}: a head-pruned model needs model.safetensors")
@@ -152,8 +355,18 @@ def _load_pruned(head: type[PreTrainedModel], config: AutoConfig, path: str) -> 
     config.pruned_heads = {}
     model = patch_bert(head._from_config(config, attn_implementation="sdpa"))
     model.prune_heads(pruned_heads)
-    model.load_state_dict(load_file(weights))
-    return model.eval()
+    saved = load_file(weights)
+    expected = {key: tensor.shape for key, tensor in model.state_dict().items()}
+    fits = {key: tensor for key, tensor in saved.items() if expected.get(key) == tensor.shape}
+    model.load_state_dict(fits, strict=False)
+    info = {
+        "missing_keys": expected.keys() - saved.keys(),
+        "unexpected_keys": saved.keys() - expected.keys(),
+        "mismatched_keys": {
+            (key, saved[key].shape, expected[key]) for key in (saved.keys() & expected.keys()) - fits.keys()
+        },
+    }
+    return model.eval(), info
 
 
 def _first_line(error: Exception) -> str:

@@ -172,11 +172,19 @@ def load_best(model: torch.nn.Module, output_dir: Path) -> None:
     query/key/value DTensors into `qkv` on the way, as it fuses plain tensors. Not torch's
     `set_model_state_dict`: it turns into DTensors only keys that name a parameter, so query/key/value
     would reach that hook as plain tensors, which cannot be copied into a DTensor.
+
+    Raises:
+        BertTasksError: best/ was removed, or its weights are damaged or another model's.
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
     from torch.distributed.tensor import DTensor, Replicate
 
-    state_dict = load_file(output_dir / BEST_DIR / "model.safetensors")
+    weights = output_dir / BEST_DIR / "model.safetensors"
+    try:
+        state_dict = load_file(weights)
+    except (OSError, SafetensorError) as error:
+        raise _unusable_best(weights, error) from None
     mesh = next((param.device_mesh for param in model.parameters() if isinstance(param, DTensor)), None)
     if mesh is not None:
         buffers = {name for name, _ in model.named_buffers()}  # FSDP shards parameters only
@@ -187,15 +195,81 @@ def load_best(model: torch.nn.Module, output_dir: Path) -> None:
             else DTensor.from_local(tensor.to(mesh.device_type), mesh, replicate, run_check=False)
             for name, tensor in state_dict.items()
         }
-    model.load_state_dict(state_dict)
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as error:  # missing, unexpected or mis-shaped keys: not this run's best/
+        raise _unusable_best(weights, error) from None
+
+
+def _unusable_best(weights: Path, error: Exception) -> BertTasksError:
+    """The run ends by restoring its best weights: without them, only a new run gives a model."""
+    return BertTasksError(
+        f"{weights}: the run's best weights cannot be restored ({_first_sentence(error)}); they were "
+        "removed or damaged: train again with --overwrite"
+    )
 
 
 def load_checkpoint(accelerator: Accelerator, model: torch.nn.Module, checkpoint: Path) -> None:
-    """Restore model, optimizer, scheduler and RNG states from `checkpoint` (every process)."""
+    """Restore model, optimizer, scheduler and RNG states from `checkpoint` (every process).
+
+    Raises:
+        BertTasksError: a state file is not what bert-tasks wrote (truncated, garbage, a pickle torch's
+            weights_only refuses, another run's state): named, with the checkpoint to fall back to.
+    """
     from bert_tasks.modeling.attention import fused_qkv_names
 
-    with fused_qkv_names(accelerator.unwrap_model(model)):
-        accelerator.load_state(str(checkpoint))
+    try:
+        with fused_qkv_names(accelerator.unwrap_model(model)):
+            accelerator.load_state(str(checkpoint))
+    except Exception as error:  # safetensors, torch.load, pickle and load_state_dict each raise their own
+        unreadable = _unreadable_state_file(checkpoint)
+        if unreadable is None:  # every file reads: one holds another run's state (other shapes, keys)
+            reason = f"{type(error).__name__}: {_first_sentence(error)}"
+            raise _damaged(checkpoint, f"its state does not fit this run ({reason})") from error
+        file, reason = unreadable
+        raise _damaged(checkpoint, f"{file.name} is not what bert-tasks wrote ({reason})") from error
+
+
+def _unreadable_state_file(checkpoint: Path) -> tuple[Path, str] | None:
+    """The first state file of `checkpoint` that does not read the way accelerate reads it, and why.
+
+    `load_state`'s errors name no file; reading the files again costs a failed resume only. RNG states
+    (*.pkl) are left out: accelerate goes on without those it cannot read.
+    """
+    from accelerate.utils import load
+    from safetensors.torch import load_file
+
+    for file in sorted(checkpoint.iterdir()):
+        try:
+            if file.suffix == ".safetensors":
+                load_file(file)
+            elif file.suffix in (".bin", ".pt"):
+                load(file, map_location="cpu")  # weights_only, as accelerate loads them
+        except Exception as error:  # the readers' error types vary (SafetensorError, UnpicklingError, ...)
+            return file, _first_sentence(error)
+    return None
+
+
+def _damaged(checkpoint: Path, what: str) -> BertTasksError:
+    """--resume cannot continue from `checkpoint`: say why, and from which earlier one it can."""
+    earlier = [
+        path for path in _complete_checkpoints(checkpoint.parent.parent) if _step(path) < _step(checkpoint)
+    ]
+    if earlier:
+        fallback = f"delete {checkpoint} and --resume again to continue from {earlier[-1].name}"
+    else:
+        fallback = "no earlier checkpoint is kept: train again with --overwrite"
+    return BertTasksError(f"checkpoint {checkpoint} is damaged: {what}; {fallback}")
+
+
+def _step(checkpoint: Path) -> int:
+    return int(checkpoint.name.removeprefix("step-"))
+
+
+def _first_sentence(error: Exception) -> str:
+    """The reader's own words, short: torch's messages go on for several sentences of advice."""
+    text = str(error).strip() or type(error).__name__
+    return re.split(r"(?<=[^.\s])\. |\n", text, maxsplit=1)[0].rstrip(".")
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
@@ -205,7 +279,16 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def load_run_state(checkpoint: Path) -> dict[str, Any]:
-    return json.loads((checkpoint / RUN_STATE).read_text())
+    """The run's progress saved with `checkpoint`; a damaged run_state.json is one line (see `_damaged`)."""
+    try:
+        state = json.loads((checkpoint / RUN_STATE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise _damaged(
+            checkpoint, f"{RUN_STATE} is not what bert-tasks wrote ({_first_sentence(error)})"
+        ) from None
+    if not isinstance(state, dict):
+        raise _damaged(checkpoint, f"{RUN_STATE} holds {type(state).__name__}, not the run's state")
+    return state
 
 
 def _complete_checkpoints(output_dir: Path) -> list[Path]:

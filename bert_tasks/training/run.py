@@ -36,7 +36,7 @@ from bert_tasks.inference.quantize import weight_bytes
 from bert_tasks.inference.windows import collect_window_logits
 from bert_tasks.insight.plots import plot_training_curves
 from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
-from bert_tasks.modeling.load import load_model, load_tokenizer
+from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
 from bert_tasks.runtime import resolve_mixed_precision
 from bert_tasks.tasks.base import Task
@@ -161,6 +161,7 @@ class Run:
     def _load_model(self) -> None:
         cfg = self.cfg
         model = load_model(cfg.model, self.task.name, self.labels, allow_pickle=cfg.allow_pickle)
+        check_tokenizer_fits(self.tokenizer, model, cfg.model)
         if cfg.attention_dropout is not None:
             set_attention_dropout(model, cfg.attention_dropout)
         setattr(model.config, POLICY_KEY, ModelPolicy.for_run(cfg).to_json())

@@ -247,3 +247,20 @@ def test_length_grouped_sampler_reseeds_through_generator() -> None:
         orders.append(list(sampler))
     assert orders[0] == orders[1] != orders[2], "data/batching.py: an epoch's order is a function of its seed"
     assert sorted(orders[0]) == list(range(32)), "LengthGroupedSampler yields every index once"
+
+
+def test_loading_info_and_head_initialisation(tmp_path: Path) -> None:
+    """modeling/load.py judges a checkpoint by from_pretrained's loading info (missing, unexpected and
+    mis-shaped keys, after transformers' renames) and re-draws a relabelled head with `_init_weights`,
+    which skips tensors flagged `_is_hf_initialized`."""
+    tiny("BertModel").save_pretrained(tmp_path)
+    model, info = mb.BertForTokenClassification.from_pretrained(
+        tmp_path, num_labels=3, output_loading_info=True, ignore_mismatched_sizes=True
+    )
+    assert set(info) >= {"missing_keys", "unexpected_keys", "mismatched_keys"}, "modeling/load.py reads these"
+    assert {"classifier.weight", "classifier.bias"} <= set(info["missing_keys"]), "a base lacks the head"
+    before = model.classifier.weight.detach().clone()
+    for tensor in model.classifier.parameters():
+        tensor._is_hf_initialized = False
+    model._init_weights(model.classifier)
+    assert not torch.equal(model.classifier.weight, before), "_init_weights re-draws an unflagged head"
