@@ -95,19 +95,24 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
     Hugging Face checkpoint that vanilla transformers loads (in fp32). The saving is in memory, not on disk.
 
     Raises:
-        BertTasksError: an unknown method, a bad model dir, or an `out_dir` that is not empty.
+        BertTasksError: an unknown method, a bad model dir, or an `out_dir` that is a file, a symlink, a
+            directory that is not empty, or a place that cannot be written (checked before the model
+            loads); a failed write (a full disk) removes what the export wrote.
     """
+    from bert_tasks.inference.evaluate import OutputDir
+
     if check_method(method) is None:
         raise BertTasksError(f"export: choose a quantization method ({', '.join(QUANTIZE_METHODS)})")
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise BertTasksError(f"export: {out} already exists and is not empty; choose a new directory")
-    loaded = load_finetuned(model_dir)
-    model = loaded.model
-    setattr(model.config, POLICY_KEY, replace(loaded.policy, quantize=method).to_json())
-    model.save_pretrained(out)
-    loaded.tokenizer.save_pretrained(out)
-    for name in _EXTRA_FILES:
-        if (Path(model_dir) / name).is_file():
-            shutil.copy2(Path(model_dir) / name, out / name)
-    return quantize_model(model, method)  # what loading will do: proves it works and measures it
+    todo = "choose a new directory you can write to"
+    with OutputDir(out, f"export {out}", todo, fresh=True) as target:
+        loaded = load_finetuned(model_dir)
+        model = loaded.model
+        setattr(model.config, POLICY_KEY, replace(loaded.policy, quantize=method).to_json())
+        with target.writing():
+            model.save_pretrained(out)
+            loaded.tokenizer.save_pretrained(out)
+            for name in _EXTRA_FILES:
+                if (Path(model_dir) / name).is_file():
+                    shutil.copy2(Path(model_dir) / name, out / name)
+        return quantize_model(model, method)  # what loading will do: proves it works and measures it

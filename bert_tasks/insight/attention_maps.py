@@ -13,11 +13,14 @@ from pathlib import Path
 import torch
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.inference.evaluate import OutputDir
 from bert_tasks.insight.plots import plot_attention_grid, plot_attention_head
 from bert_tasks.modeling.load import DEFAULT_MODEL, load_model, load_tokenizer
 
 #: Heads per row when one layer's heads are drawn as a grid.
 _HEADS_PER_ROW = 4
+#: What to do about an --out that cannot be written.
+_TODO = "pass --out a .png path in a directory you can write to"
 
 
 @dataclass(frozen=True)
@@ -102,13 +105,42 @@ def draw_attention(
     `layer` None draws the last layer, "all" every layer; `head` None draws every head of the chosen
     layer(s). So: one layer + one head -> one large labelled heatmap; one layer -> a grid of its heads;
     "all" -> a layers x heads overview of small multiples (one head: a column of layers).
+
+    Raises:
+        BertTasksError: what `attention_maps`, `parse_layer` and `check_head` refuse; an `out` that does
+            not end in .png or is a directory; a folder for it that cannot be created or written
+            (`OutputDir`, checked before the model loads).
     """
-    maps = attention_maps(text, model)
-    index = parse_layer(layer, maps.num_layers)
-    check_head(head, maps.num_heads)
-    if out is None:
-        which_head = "" if head is None else f"_head{head}"
-        out = f"attention_{'all' if index is None else f'layer{index}'}{which_head}.png"
+    if out is not None:
+        check_png_path(out)
+    what = f"attention output {out}" if out is not None else f"attention output dir {Path.cwd()}"
+    with OutputDir(Path(out or "x.png").parent, what, _TODO) as target:  # checked before the model loads
+        maps = attention_maps(text, model)
+        index = parse_layer(layer, maps.num_layers)
+        check_head(head, maps.num_heads)
+        if out is None:
+            which_head = "" if head is None else f"_head{head}"
+            out = f"attention_{'all' if index is None else f'layer{index}'}{which_head}.png"
+        with target.writing():
+            return _draw(maps, index, head, out)
+
+
+def check_png_path(out: str | Path) -> None:
+    """`attention --out` names a PNG file: its extension is .png and it is no directory."""
+    path = Path(out)
+    if path.suffix.lower() != ".png":
+        kind = f"{path.suffix} files" if path.suffix else "a name without an extension"
+        raise BertTasksError(
+            f"attention output {out}: only PNG images are written, not {kind}; give a path ending in .png"
+        )
+    if path.is_dir():
+        raise BertTasksError(f"attention output {out}: is a directory; give a file path ending in .png")
+
+
+def _draw(
+    maps: AttentionMaps, index: int | None, head: int | None, out: str | Path
+) -> tuple[Path, AttentionMaps]:
+    """The heatmap(s) of `maps`: one head, one layer's heads as a grid, or every layer (`index` None)."""
     heads = list(range(maps.num_heads)) if head is None else [head]
     layers = list(range(maps.num_layers)) if index is None else [index]
     probs = maps.probs[layers][:, heads].numpy()  # [L', H', T, T]

@@ -16,6 +16,11 @@ batch has no padding, so neither path builds a mask and the comparison is attent
 from __future__ import annotations
 
 import copy
+import ctypes
+import ctypes.util
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +32,12 @@ from transformers import BertModel
 from bert_tasks.errors import BertTasksError
 from bert_tasks.insight.peak_memory import peak_memory_bytes
 from bert_tasks.modeling.load import DEFAULT_MODEL, load_config, load_model
+from bert_tasks.runtime import reuse_freed_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _MIB = 2**20
+#: glibc's mallopt parameter M_MMAP_MAX (malloc.h) and its default: how many mmap'd chunks may exist.
+_M_MMAP_MAX, _GLIBC_MMAP_MAX = -4, 65536
 
 
 def attention_matrix_bytes(batch: int, heads: int, seq_len: int, bytes_per_element: int) -> int:
@@ -88,21 +96,28 @@ def attention_memory(
 
     Raises:
         BertTasksError: a bad model dir, batch or seq_len below 1, seq_len above the model's positions,
-            or an unknown dtype.
+            an unknown dtype, or a batch x seq_len whose measurement needs more memory than the device has
+            available (`check_fits`, before anything of that size is allocated).
     """
     if dtype not in DTYPES:
         raise BertTasksError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if batch < 1 or seq_len < 1:
-        raise BertTasksError(f"batch and seq_len must be at least 1, got batch {batch}, seq_len {seq_len}")
-    config = load_config(model)
-    if seq_len > config.max_position_embeddings:
         raise BertTasksError(
-            f"seq_len {seq_len} is longer than model {model}'s {config.max_position_embeddings} positions"
+            f"batch and seq_len must be at least 1, got batch {batch}, seq_len {seq_len}; "
+            "pass --batch and --seq-len of 1 or more"
+        )
+    config = load_config(model)
+    positions = config.max_position_embeddings
+    if seq_len > positions:
+        raise BertTasksError(
+            f"seq_len {seq_len} is longer than model {model}'s {positions} positions; "
+            f"pass --seq-len {positions} or less"
         )
     if getattr(config, "pruned_heads", None):
         raise BertTasksError(f"model {model}: has pruned heads; stock eager BERT cannot load it to compare")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch_dtype = DTYPES[dtype]
+    check_fits(config, batch, seq_len, dtype, device)  # before anything of that size is allocated
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(0, config.vocab_size, (batch, seq_len), generator=generator)  # [B, T]
     input_ids = input_ids.to(device)
@@ -112,10 +127,11 @@ def attention_memory(
     # A copy of the config: _from_config would switch the patched model's config to eager too.
     eager = BertModel._from_config(copy.deepcopy(fused.config), attn_implementation="eager")
     eager.load_state_dict(fused.state_dict())
-    peaks = {
-        name: _measure(bert.to(device=device, dtype=torch_dtype).eval(), input_ids, device)
-        for name, bert in (("eager", eager), ("fused", fused))
-    }
+    with _large_tensors_from_fresh_pages():
+        peaks = {
+            name: _measure(bert.to(device=device, dtype=torch_dtype).eval(), input_ids, device)
+            for name, bert in (("eager", eager), ("fused", fused))
+        }
 
     size = torch.finfo(torch_dtype).bits // 8
     layers = []
@@ -142,6 +158,101 @@ def attention_memory(
         eager_forward_peak=peaks["eager"][1],
         fused_forward_peak=peaks["fused"][1],
     )
+
+
+def measurement_bytes(config: Any, batch: int, seq_len: int, dtype: str, device: torch.device) -> int:
+    """What `attention_memory` holds at its busiest on `device`, from the formula and the config alone.
+
+    The busiest moment is one eager layer replayed on its captured input: that layer's eager estimate
+    (2 x B x H x T^2 x bytes of scores and probabilities + 4 x B x T x C x bytes of q, k, v, output; or
+    the feed-forward's 2 x B x T x I x bytes where T is short), on top of every layer's captured input
+    and the hidden states (L + 1 x B x T x C x bytes) and the weights of both models (loaded in fp32,
+    then cast on the way to the device). Within ~5% of the process's peak RSS on CPU (MiniLM, batch 64).
+    """
+    size = torch.finfo(DTYPES[dtype]).bits // 8
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    width, inner = config.hidden_size, config.intermediate_size
+    attention = 2 * attention_matrix_bytes(batch, heads, seq_len, size) + 4 * batch * seq_len * width * size
+    feed_forward = 2 * batch * seq_len * inner * size
+    activations = max(attention, feed_forward) + (layers + 1) * batch * seq_len * width * size
+    weights = 2 * _parameter_count(config) * (4 if device.type == "cpu" else size)
+    return activations + weights + batch * seq_len * 8  # + the int64 input ids
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """What an allocation can get now: the GPU's free memory or the machine's MemAvailable; None: unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # not Linux: free pages (page cache not counted, so an underestimate)
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_fits(config: Any, batch: int, seq_len: int, dtype: str, device: torch.device) -> None:
+    """Refuse, in one line, a measurement that needs more memory than `device` has available.
+
+    Without it, a --batch far beyond the machine is not an error but the kernel's OOM killer (or a CUDA
+    out-of-memory traceback) minutes later.
+    """
+    needed, available = measurement_bytes(config, batch, seq_len, dtype, device), available_bytes(device)
+    if available is None or needed <= available:
+        return
+    where = "this machine" if device.type == "cpu" else str(device)
+    raise BertTasksError(
+        f"memory: batch {batch} x seq_len {seq_len} in {dtype} would need about {needed / 2**30:,.1f} GiB "
+        f"(eager attention's 2 x B x H x T^2 x bytes, the layer inputs and two copies of the weights) but "
+        f"{where} has {available / 2**30:,.1f} GiB available; pass a smaller --batch or --seq-len"
+    )
+
+
+@contextmanager
+def _large_tensors_from_fresh_pages() -> Iterator[None]:
+    """While measuring, let glibc serve large allocations with mmap again (its default), then restore.
+
+    The CLI turns mmap off (`reuse_freed_memory`: a training step's tensors reuse freed heap memory).
+    The measurement instead allocates a few huge, short-lived T x T matrices between the profiler's many
+    small records, which fragments that heap: the process grew to ~7x the live peak (MiniLM, batch 64:
+    16 GiB for a 2.2 GiB estimate) and the OOM killer ended runs `check_fits` had let through. With mmap,
+    each matrix's pages go back to the system when it is freed. A no-op where the CLI's setting is not on.
+    """
+    cli_setting = reuse_freed_memory.cache_info().currsize > 0 and reuse_freed_memory()
+    mallopt = _mallopt() if cli_setting else None
+    if mallopt is not None:
+        mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
+    try:
+        yield
+    finally:
+        if mallopt is not None:
+            mallopt(_M_MMAP_MAX, 0)
+
+
+def _mallopt() -> Any:
+    """glibc's mallopt (there whenever reuse_freed_memory returned True), or None."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).mallopt if name else None
+    except (OSError, AttributeError):
+        return None
+
+
+def _parameter_count(config: Any) -> int:
+    """Parameters of a BertModel with `config`: embeddings, L encoder layers, pooler."""
+    width, inner = config.hidden_size, config.intermediate_size
+    rows = config.vocab_size + config.max_position_embeddings + getattr(config, "type_vocab_size", 2)
+    embeddings = rows * width + 2 * width  # + LayerNorm
+    layer = 4 * (width * width + width) + 2 * width  # q, k, v, output; LayerNorm
+    layer += width * inner + inner + inner * width + width + 2 * width  # feed-forward; LayerNorm
+    return embeddings + config.num_hidden_layers * layer + width * width + width  # + pooler
 
 
 def _measure(bert: BertModel, input_ids: torch.Tensor, device: torch.device) -> tuple[list[int], int]:

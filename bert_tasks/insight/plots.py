@@ -7,6 +7,7 @@ global figures, so plotting works on headless servers and leaves no open figures
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,23 +20,79 @@ from bert_tasks.errors import BertTasksError
 
 #: Scalars of a training log row that are bookkeeping, not curves.
 _NOT_CURVES = {"step", "epoch", "loss", "lr", "grad_norm", "eval_loss"}
+#: Classes the confusion-matrix PNG draws cell by cell; beyond, the most frequent ones and "other".
+CONFUSION_PLOT_CLASSES = 30
+#: Side of the confusion-matrix figure at most (inches): 30 classes + "other" at ~0.6 inch a cell.
+_MAX_CONFUSION_INCHES = 20.0
+#: Characters of a class name shown as a tick label.
+_MAX_LABEL_CHARS = 24
+#: Pixels of a saved figure's longer side at most: every PNG stays below ~100 MB of pixels to render.
+MAX_SIDE_PIXELS = 4800
+#: Resolution of saved figures while they fit in MAX_SIDE_PIXELS.
+_DPI = 120
 
 
 def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], path: str | Path) -> Path:
-    """Draw `matrix` (rows = gold, columns = predicted, as the classification metric returns it)."""
-    counts = np.asarray(matrix)  # (C, C)
+    """Draw `matrix` (rows = gold, columns = predicted, as the classification metric returns it).
+
+    Up to `CONFUSION_PLOT_CLASSES` classes every cell is drawn with its count. Beyond that the plot shows
+    the most frequent classes (gold plus predicted occurrences) and sums the rest into an "other" row and
+    column, and its title says so: a figure of every cell would grow with the square of the label count
+    (1,000 classes: ~20 GB of pixels and a million text labels). The full matrix is in metrics.json.
+    """
+    counts = np.asarray(matrix, dtype=np.int64)  # (C, C)
     if counts.shape != (len(labels), len(labels)):
         raise BertTasksError(f"confusion matrix is {counts.shape} but there are {len(labels)} labels")
-    size = max(4.0, 0.6 * len(labels) + 2)
+    names = [_short(label) for label in labels]
+    title = "Confusion matrix"
+    if len(labels) > CONFUSION_PLOT_CLASSES:
+        counts, names = _most_frequent(counts, names, CONFUSION_PLOT_CLASSES)
+        title = (
+            f"Confusion matrix: the {CONFUSION_PLOT_CLASSES} most frequent of {len(labels)} classes\n"
+            "(the others summed as 'other'; the full matrix is in metrics.json)"
+        )
+    size = min(_MAX_CONFUSION_INCHES, max(4.0, 0.6 * len(names) + 2))
     fig = Figure(figsize=(size, size), layout="constrained")
     ax = fig.add_subplot()
-    rotation = "vertical" if len(labels) > 6 else "horizontal"
-    display = ConfusionMatrixDisplay(counts, display_labels=list(labels))
-    display.plot(ax=ax, cmap="Blues", colorbar=False, xticks_rotation=rotation)
-    ax.set_title("Confusion matrix")
+    rotation = "vertical" if len(names) > 6 else "horizontal"
+    display = ConfusionMatrixDisplay(counts, display_labels=names)
+    digits = len(str(int(counts.max(initial=0))))
+    cell_points = 72 * (size - 2) / max(len(names), 1)
+    fontsize = max(5.0, min(10.0, cell_points / (0.7 * digits)))
+    display.plot(
+        ax=ax,
+        cmap="Blues",
+        colorbar=False,
+        xticks_rotation=rotation,
+        values_format="d",
+        text_kw={"fontsize": fontsize},
+    )
+    ax.set_title(title)
     ax.set_xlabel("Predicted")
     ax.set_ylabel("Gold")
     return _save(fig, path)
+
+
+def _most_frequent(counts: np.ndarray, names: list[str], keep: int) -> tuple[np.ndarray, list[str]]:
+    """(C, C) -> (keep + 1, keep + 1): the `keep` classes seen most often (gold + predicted), then "other".
+
+    Row and column "other" sum every other class, so each row still adds up to its class's support and the
+    whole grid to the number of examples.
+    """
+    frequency = counts.sum(axis=1) + counts.sum(axis=0)  # (C,)
+    top = np.argsort(-frequency, kind="stable")[:keep]  # (keep,)
+    grid = np.zeros((keep + 1, keep + 1), dtype=np.int64)
+    grid[:keep, :keep] = counts[np.ix_(top, top)]
+    grid[:keep, keep] = counts[top].sum(axis=1) - grid[:keep, :keep].sum(axis=1)
+    grid[keep, :keep] = counts[:, top].sum(axis=0) - grid[:keep, :keep].sum(axis=0)
+    grid[keep, keep] = counts.sum() - grid.sum()
+    return grid, [names[i] for i in top] + [f"other ({len(names) - keep})"]
+
+
+def _short(label: str) -> str:
+    """A tick label of at most `_MAX_LABEL_CHARS` characters: a long class name must not push the grid off."""
+    label = str(label)
+    return label if len(label) <= _MAX_LABEL_CHARS else label[: _MAX_LABEL_CHARS - 1] + "…"
 
 
 def plot_training_curves(log_records: list[dict[str, Any]], path: str | Path) -> Path:
@@ -70,9 +127,20 @@ def _is_number(value: Any) -> bool:
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
+    """Write `fig` as a PNG, whole or not at all (through a temporary file beside it); a figure larger
+    than MAX_SIDE_PIXELS at 120 dpi is saved at a lower dpi.
+
+    Errors of the write (OSError) pass through: each command's output check says them in one line.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    inches = max(fig.get_figwidth(), fig.get_figheight())
+    partial = path.with_name(f".{path.name}.tmp")
+    try:
+        fig.savefig(partial, format="png", dpi=min(_DPI, MAX_SIDE_PIXELS / inches))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 METRIC_PATH = Path(__file__).resolve().parent.parent / "metrics" / "classification" / "classification.py"
 _DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo" / "sentiment"
+#: Classes up to which `render_metrics` prints the confusion matrix (each row is ~11 characters a class).
+PRINTED_MATRIX_CLASSES = 20
 
 
 class SentimentTask(Task):
@@ -185,11 +187,21 @@ class SentimentTask(Task):
         return "\n".join(lines)
 
     def render_metrics(self, metrics: dict[str, Any]) -> str:
-        """Accuracy, macro-F1, the per-class table and the confusion matrix."""
+        """Accuracy, macro-F1, the per-class table and, up to `PRINTED_MATRIX_CLASSES` classes, the confusion
+        matrix (beyond, a line says where it is: its rows alone would be thousands of characters wide)."""
         labels = metrics["labels"]
-        width = max(9, *(len(label) for label in labels))
         lines = [f"accuracy {metrics['accuracy']:.4f} | macro-F1 {metrics['macro_f1']:.4f}", ""]
         lines += score_table(metrics["per_class"], "class")
+        if len(labels) > PRINTED_MATRIX_CLASSES:
+            lines += [
+                "",
+                f"confusion matrix: {len(labels)} classes, too many to print (more than "
+                f"{PRINTED_MATRIX_CLASSES}); the full matrix (rows: gold, columns: predicted) is "
+                "'confusion_matrix' in the metrics.json evaluate wrote (or print it with --json), and "
+                "confusion_matrix.png beside it shows the most frequent classes",
+            ]
+            return "\n".join(lines)
+        width = max(9, *(len(label) for label in labels))
         lines += ["", "confusion matrix (rows: gold, columns: predicted)"]
         lines.append(" " * width + "  " + "  ".join(f"{label:>{width}}" for label in labels))
         for label, row in zip(labels, metrics["confusion_matrix"], strict=True):
@@ -197,10 +209,8 @@ class SentimentTask(Task):
         return "\n".join(lines)
 
     def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
-        """The confusion matrix as a PNG."""
-        from bert_tasks.insight.plots import (
-            plot_confusion_matrix,
-        )  # matplotlib: a slow import only evaluation needs
+        """The confusion matrix as a PNG (beyond 30 classes: the most frequent ones, the rest as "other")."""
+        from bert_tasks.insight.plots import plot_confusion_matrix  # matplotlib: only evaluation needs it
 
         return [
             plot_confusion_matrix(
