@@ -80,3 +80,17 @@ def test_finetune_help_lists_every_config_key_with_its_default_and_meaning() -> 
             assert f"  {name}=" in result.stdout, name
     assert re.search(r"\n  lr=5e-05 +peak learning rate \(AdamW\)\n", result.stdout)
     assert re.search(r"\n  viterbi=true +NER: BIO-constrained Viterbi decoding", result.stdout)
+
+
+def test_a_mistyped_model_path_is_named_as_a_path_not_a_hub_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`model=runs/nre` beside a `runs/` dir is a typo of a path: 'no such directory', not a hub download."""
+    from bert_tasks.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert main(["finetune", "sentiment", "model=runs/nre", "output_dir=out"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "bert-tasks: error: model runs/nre: no such directory; pass a saved model dir or a hub id"
+    )

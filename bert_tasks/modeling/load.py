@@ -76,7 +76,13 @@ def resolve_model_path(name_or_path: str | Path) -> str:
         if not (path / "config.json").is_file():
             raise BertTasksError(f"model dir {path}: no config.json; pass a saved model dir or a hub id")
         return str(path)
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+    # A path that cannot be a hub id ("org/name"), or one under a local dir (`runs/ner` beside `runs/`),
+    # is a mistyped path: say so, rather than "could not connect to the hub".
+    if (
+        name.startswith((".", "/", "~"))
+        or name.count("/") > 1
+        or (name.count("/") == 1 and path.parent.is_dir())
+    ):
         raise BertTasksError(f"model {name}: no such directory; pass a saved model dir or a hub id")
     return name  # a hub id such as bert-base-uncased: transformers resolves it (online or from cache)
 
