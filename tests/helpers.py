@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -203,3 +204,17 @@ def write_file(tmp_path: Path, name: str, content: str | bytes) -> Path:
     else:
         path.write_text(content, encoding="utf-8")
     return path
+
+
+def cli_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run `bert-tasks argv` in-process: exit status 1, exactly one `bert-tasks: error:` line on stderr and
+    no traceback. Returns that line."""
+    from bert_tasks.cli import main
+
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = err.strip().splitlines()
+    assert line.startswith("bert-tasks: error: ")
+    return line

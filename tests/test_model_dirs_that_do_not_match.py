@@ -28,7 +28,7 @@ from bert_tasks.inference.predictor import EntityTagger, Predictor
 from bert_tasks.model_dir import load_finetuned, read_policy
 from bert_tasks.modeling.load import load_model
 from bert_tasks.training import train
-from tests.helpers import DATA, fast_overrides, read_conll, tiny_config, write_conll
+from tests.helpers import DATA, cli_error_line, fast_overrides, read_conll, tiny_config, write_conll
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -48,14 +48,8 @@ def edit_weights(model_dir: Path, edit: Callable[[dict[str, torch.Tensor]], dict
 
 
 def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The one line `bert-tasks ARGV` prints before it exits 1."""
-    capsys.readouterr()
-    assert main(argv) == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    [line] = err.strip().splitlines()
-    assert line.startswith("bert-tasks: error: ")
-    return line.removeprefix("bert-tasks: error: ")
+    """The one line `bert-tasks ARGV` prints before it exits 1, without its prefix."""
+    return cli_error_line(argv, capsys).removeprefix("bert-tasks: error: ")
 
 
 def assert_refused(

@@ -17,7 +17,7 @@ import pytest
 from bert_tasks.cli import main
 from bert_tasks.config import load_recipe
 from bert_tasks.training.output_dir import MANIFEST
-from tests.helpers import DATA, fast_overrides, train_steps
+from tests.helpers import DATA, cli_error_line, fast_overrides, train_steps
 
 #: Every entry under a directory, by relative path: (size, mtime in ns), symlinks not followed.
 Tree = dict[str, tuple[int, int]]
@@ -57,12 +57,7 @@ def refused(argv: list[str], workdir: Path, capsys: pytest.CaptureFixture[str]) 
     """Run `bert-tasks argv`: exit status 1, one `bert-tasks: error:` line, no traceback, and nothing
     under `workdir` changed. Returns the line."""
     before = tree(workdir)
-    capsys.readouterr()
-    assert main(argv) == 1
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    [line] = err.strip().splitlines()
-    assert line.startswith("bert-tasks: error: ")
+    line = cli_error_line(argv, capsys)
     assert tree(workdir) == before
     return line
 
