@@ -1,30 +1,19 @@
-"""`bert-tasks evaluate`: score a saved model on a labelled file and write the report next to it.
-
-Also the one rule every command's output directory follows (`OutputDir`; evaluate, attention and export
-use it): it is checked and created before any model loads, a place that cannot hold files is refused in
-one line naming the path and the OS's reason, and a command that fails leaves no directory it created
-empty behind.
-"""
+"""`bert-tasks evaluate`: score a saved model on a labelled file and write the report next to it."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from bert_tasks.config import load_recipe
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import local_model_dir, read_policy
+from bert_tasks.output_paths import CommandOutput, write_atomically
 from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
@@ -84,7 +73,9 @@ def evaluate_file(
     pickle-based weights. The report for people is `task.render_metrics(metrics)` (the CLI prints it).
     """
     raw = read_labelled_file(model_dir, data_file, overrides, task)
-    with OutputDir(out_dir, f"evaluate output {out_dir}", "pass --out a directory you can write to") as out:
+    with CommandOutput(
+        out_dir, f"evaluate output {out_dir}", "pass --out a directory you can write to"
+    ) as out:
         from bert_tasks.inference.predictor import Predictor  # torch and transformers: once the data is good
 
         predictor = Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle)
@@ -95,139 +86,6 @@ def evaluate_file(
     written = ", ".join(str(path) for path in [out_dir / "metrics.json", *plots])
     logger.info("%d examples from %s; report in %s", len(raw), data_file, written)
     return metrics
-
-
-#: Directories of kernel filesystems: they hold no files a command could write.
-_KERNEL_DIRS = (Path("/proc"), Path("/sys"))
-
-
-@dataclass
-class OutputDir:
-    """The directory a command writes into: one rule for evaluate, attention and export.
-
-    `with OutputDir(path, what, todo) as out:` refuses, in one line, a path under /proc or /sys, one that
-    is a file (or, with `fresh`, a symlink or a non-empty directory), one that cannot be created, and one
-    where no file can be written (read-only, no permission: a probe file is written and removed); it
-    creates the missing directories first. The command then loads and computes, and writes inside
-    `with out.writing():`, which says a failed write (a full disk) in one line too. If the command fails,
-    the directories it created are removed again while empty; with `fresh` (export), everything written
-    into the directory is removed, so a failed export leaves no half-written model dir behind.
-
-    `what` names the path for the user ("evaluate output runs/x/eval-test"); `todo` says what to do.
-    """
-
-    path: Path
-    what: str
-    todo: str
-    fresh: bool = False
-    created: list[Path] = field(default_factory=list)  # deepest first
-
-    def __enter__(self) -> OutputDir:
-        try:
-            self._check()
-        except (OSError, RuntimeError) as error:  # a directory that cannot be listed; a symlink loop
-            raise self._refusal("cannot look into it", error) from None
-        self._create()
-        try:
-            handle, probe = tempfile.mkstemp(dir=self.path, prefix=".bert-tasks-write-test-")
-            os.close(handle)
-            os.unlink(probe)
-        except OSError as error:
-            self._undo()
-            raise self._refusal("cannot write files there", error) from None
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        if kind is not None:
-            self._undo()
-
-    @contextmanager
-    def writing(self) -> Iterator[None]:
-        """Map a failed write (OSError, or safetensors' I/O error) to one line naming the path and reason."""
-        try:
-            yield
-        except Exception as error:
-            if not _is_write_error(error):
-                raise
-            written = getattr(error, "filename", None)
-            raise self._refusal(f"could not write {written or 'there'}", error) from None
-
-    def _check(self) -> None:
-        path = self.path
-        resolved = path.resolve()
-        kernel = next((d for d in _KERNEL_DIRS if resolved == d or d in resolved.parents), None)
-        if kernel is not None:
-            raise BertTasksError(
-                f"{self.what}: is under {kernel}, a kernel filesystem that holds no files; {self.todo}"
-            )
-        if self.fresh and path.is_symlink():
-            raise BertTasksError(
-                f"{self.what}: is a symbolic link (to {os.readlink(path)}); choose a new directory"
-            )
-        if path.exists() and not path.is_dir():
-            raise BertTasksError(f"{self.what}: exists and is not a directory; {self.todo}")
-        if self.fresh and path.is_dir() and any(path.iterdir()):
-            raise BertTasksError(f"{self.what}: already exists and is not empty; choose a new directory")
-
-    def _create(self) -> None:
-        missing = []
-        for folder in [self.path, *self.path.parents]:
-            if folder.exists() or folder.is_symlink():
-                break  # a file there: creating its child says "Not a directory"
-            missing.append(folder)
-        for folder in reversed(missing):
-            try:
-                folder.mkdir()
-            except OSError as error:
-                self._undo()
-                raise self._refusal(f"cannot create the directory {folder}", error) from None
-            self.created.insert(0, folder)
-
-    def _undo(self) -> None:
-        """Remove what this command wrote (`fresh`) and the directories it created while they are empty."""
-        if self.fresh and self.path.is_dir() and not self.path.is_symlink():
-            for child in list(self.path.iterdir()):
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
-        for folder in self.created:
-            try:
-                folder.rmdir()
-            except OSError:
-                break  # not empty (it holds what the command wrote) or gone: the parents stay too
-        self.created.clear()
-
-    def _refusal(self, what_failed: str, error: Exception) -> BertTasksError:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else _first_line(error)
-        # safetensors words the OS's reason as "... I/O error: No space left on device (os error 28)".
-        reason = re.sub(r"^.*I/O error: (.+?) \(os error \d+\)$", r"\1", reason)
-        return BertTasksError(f"{self.what}: {what_failed} ({reason}); {self.todo}")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file beside it: a failed write leaves no half file."""
-    partial = path.with_name(f".{path.name}.tmp")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def _is_write_error(error: Exception) -> bool:
-    """An OSError, or safetensors' way of saying a write failed ("I/O error: No space left on device")."""
-    if isinstance(error, OSError):
-        return True
-    text = str(error)
-    return type(error).__name__ == "SafetensorError" and ("I/O error" in text or "No space" in text)
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _some(names: list[str], shown: int = 10) -> str:

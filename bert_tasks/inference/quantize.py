@@ -99,13 +99,13 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
             directory that is not empty, or a place that cannot be written (checked before the model
             loads); a failed write (a full disk) removes what the export wrote.
     """
-    from bert_tasks.inference.evaluate import OutputDir
+    from bert_tasks.output_paths import CommandOutput
 
     if check_method(method) is None:
         raise BertTasksError(f"export: choose a quantization method ({', '.join(QUANTIZE_METHODS)})")
     out = Path(out_dir)
     todo = "choose a new directory you can write to"
-    with OutputDir(out, f"export {out}", todo, fresh=True) as target:
+    with CommandOutput(out, f"export {out}", todo, fresh=True) as target:
         loaded = load_finetuned(model_dir)
         model = loaded.model
         setattr(model.config, POLICY_KEY, replace(loaded.policy, quantize=method).to_json())

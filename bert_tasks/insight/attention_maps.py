@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.inference.evaluate import OutputDir
 from bert_tasks.insight.plots import plot_attention_grid, plot_attention_head
 from bert_tasks.modeling.load import DEFAULT_MODEL, load_model, load_tokenizer
+from bert_tasks.output_paths import CommandOutput
 
 #: Heads per row when one layer's heads are drawn as a grid.
 _HEADS_PER_ROW = 4
@@ -109,12 +109,12 @@ def draw_attention(
     Raises:
         BertTasksError: what `attention_maps`, `parse_layer` and `check_head` refuse; an `out` that does
             not end in .png or is a directory; a folder for it that cannot be created or written
-            (`OutputDir`, checked before the model loads).
+            (`CommandOutput`, checked before the model loads).
     """
     if out is not None:
         check_png_path(out)
     what = f"attention output {out}" if out is not None else f"attention output dir {Path.cwd()}"
-    with OutputDir(Path(out or "x.png").parent, what, _TODO) as target:  # checked before the model loads
+    with CommandOutput(Path(out or "x.png").parent, what, _TODO) as target:  # checked before the model loads
         maps = attention_maps(text, model)
         index = parse_layer(layer, maps.num_layers)
         check_head(head, maps.num_heads)
