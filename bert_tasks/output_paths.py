@@ -71,7 +71,7 @@ class CommandOutput:
         try:
             yield
         except Exception as error:
-            if not _is_write_error(error):
+            if not is_write_failure(error):
                 raise
             written = getattr(error, "filename", None)
             raise self._refusal(f"could not write {written or 'there'}", error) from None
@@ -123,10 +123,7 @@ class CommandOutput:
         self.created.clear()
 
     def _refusal(self, what_failed: str, error: Exception) -> BertTasksError:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else _first_line(error)
-        # safetensors words the OS's reason as "... I/O error: No space left on device (os error 28)".
-        reason = re.sub(r"^.*I/O error: (.+?) \(os error \d+\)$", r"\1", reason)
-        return BertTasksError(f"{self.what}: {what_failed} ({reason}); {self.todo}")
+        return BertTasksError(f"{self.what}: {what_failed} ({failure_reason(error)}); {self.todo}")
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -139,12 +136,23 @@ def write_atomically(path: Path, text: str) -> None:
         partial.unlink(missing_ok=True)
 
 
-def _is_write_error(error: Exception) -> bool:
-    """An OSError, or safetensors' way of saying a write failed ("I/O error: No space left on device")."""
+#: How the writers word a failed write: torch.save ("... failed writing file ...") and safetensors
+#: ("I/O error: No space left on device (os error 28)") raise their own errors, not OSError.
+_WRITE_FAILURE_WORDS = re.compile(r"writ|I/O error|No space left", re.IGNORECASE)
+
+
+def is_write_failure(error: BaseException) -> bool:
+    """An OSError, or torch's/safetensors' own error whose words say that a write failed."""
     if isinstance(error, OSError):
         return True
-    text = str(error)
-    return type(error).__name__ == "SafetensorError" and ("I/O error" in text or "No space" in text)
+    writer_error = isinstance(error, RuntimeError) or type(error).__name__ == "SafetensorError"
+    return writer_error and bool(_WRITE_FAILURE_WORDS.search(str(error)))
+
+
+def failure_reason(error: BaseException) -> str:
+    """A failed write in the OS's few words ("No space left on device"), whoever raised it."""
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else _first_line(error)
+    return re.sub(r"^.*I/O error: (.+?) \(os error \d+\)$", r"\1", reason)
 
 
 def _first_line(error: Exception) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.output_paths import failure_reason, is_write_failure
 
 if TYPE_CHECKING:  # imported where used: finding the latest checkpoint (--resume's first check) needs none
     import torch
@@ -111,7 +112,7 @@ def written_whole(partial: Path, what: str, needed: int, intact: str) -> Iterato
         yield
     except (OSError, RuntimeError, SafetensorError) as error:
         disk_full = "No space left on device" in str(error) or shutil.disk_usage(partial.parent).free < needed
-        if not (isinstance(error, OSError) or disk_full or _WRITE_FAILURE.search(str(error))):
+        if not (is_write_failure(error) or disk_full):
             raise
         shutil.rmtree(partial, ignore_errors=True)
         free = shutil.disk_usage(partial.parent).free
@@ -122,17 +123,10 @@ def written_whole(partial: Path, what: str, needed: int, intact: str) -> Iterato
 
 
 def _reason(error: Exception, disk_full: bool) -> str:
-    """The failure in a few words: the OS's own, or plain words for the writers' ("unexpected pos ...")."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    if disk_full:
+    """The failure in a few words: the OS's own, or plain words for torch's "unexpected pos ..."."""
+    if disk_full and not isinstance(error, OSError):
         return "No space left on device"
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
-#: How torch.save and safetensors word a failed write.
-_WRITE_FAILURE = re.compile(r"writ|I/O error|No space left", re.IGNORECASE)
+    return failure_reason(error)
 
 
 def tree_bytes(folder: Path) -> int:
