@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from bert_tasks.config import load_recipe
 from bert_tasks.data.splits import read_splits
-from bert_tasks.errors import BertTasksError
+from bert_tasks.errors import BertTasksError, listed
 from bert_tasks.model_dir import local_model_dir, read_policy
 from bert_tasks.output_paths import CommandOutput, write_atomically
 from bert_tasks.tasks import task_class
@@ -50,7 +50,7 @@ def read_labelled_file(
     unknown = sorted(set(model_task.label_names(raw, replace(cfg, label_names=None))) - set(known))
     if unknown:
         raise BertTasksError(
-            f"{data_file}: label {unknown[0]!r} is not one the model knows ({_some(known)}); "
+            f"{data_file}: label {unknown[0]!r} is not one the model knows ({listed(known)}); "
             "evaluate on data with the model's labels, or train a model that has it"
         )
     return raw
@@ -86,13 +86,6 @@ def evaluate_file(
     written = ", ".join(str(path) for path in [out_dir / "metrics.json", *plots])
     logger.info("%d examples from %s; report in %s", len(raw), data_file, written)
     return metrics
-
-
-def _some(names: list[str], shown: int = 10) -> str:
-    """The first `shown` names, and how many there are in all: one line even for thousands of labels."""
-    if len(names) <= shown:
-        return ", ".join(names)
-    return f"{', '.join(names[:shown])}, ... ({len(names)} in all)"
 
 
 def _label_names(model_dir: Path) -> list[str]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from bert_tasks.data.text_classification import read_hub_text_classification, read_text_classification
-from bert_tasks.errors import BertTasksError
+from bert_tasks.errors import BertTasksError, listed
 from bert_tasks.tasks.base import Task, score_table
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class SentimentTask(Task):
             unknown = sorted(set(raw["label"]) - set(label2id))
             if unknown:
                 raise BertTasksError(
-                    f"label '{unknown[0]}' is not one the model knows ({', '.join(label2id)}); "
+                    f"label '{unknown[0]}' is not one the model knows ({listed(list(label2id))}); "
                     "fix the data or train a model that has it"
                 )
 

@@ -133,6 +133,16 @@ def test_encode_rejects_label_the_model_lacks(
         task.encode(raw, tokenizer, LABEL2ID, 16, 4)
 
 
+def test_the_known_labels_stay_one_short_line_with_a_thousand_classes(
+    task: SentimentTask, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    raw = Dataset.from_dict({"text": ["so so"], "label": ["neutral"]})
+    many = {f"class-{i}": i for i in range(1000)}
+    with pytest.raises(BertTasksError) as refused:
+        task.encode(raw, tokenizer, many, 16, 4)
+    assert "class-9, ... (1000 in all)" in str(refused.value) and len(str(refused.value)) < 250
+
+
 def test_batches_pad_to_multiple_of_8_and_carry_rows_not_bookkeeping(
     task: SentimentTask, tokenizer: PreTrainedTokenizerBase
 ) -> None:
