@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import logging
 import os
 import sys
 from functools import cache
@@ -16,6 +17,12 @@ from functools import cache
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 _M_MMAP_MAX = -4
 _TRIM_ABOVE = 1 << 30
+
+
+def progress_bars_wanted() -> bool:
+    """Progress bars go with the library's INFO lines: `--quiet` (or a `bert_tasks` logger set to WARNING
+    or above by a program) hides both; a logger left unset, as in a notebook, shows them."""
+    return logging.getLogger("bert_tasks").level <= logging.INFO
 
 
 def resolve_mixed_precision(requested: str) -> str:

@@ -62,6 +62,18 @@ def error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_quiet_hides_the_progress_bars_with_the_log(
+    quiet: bool, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--quiet leaves results and warnings only: no INFO line and no progress bar (train or evaluate)."""
+    flags = ["--quiet"] if quiet else []
+    overrides = fast_overrides("sentiment", tiny_model, tmp_path / "run", max_steps=2)
+    assert main([*flags, "finetune", "sentiment", *overrides]) == 0
+    stderr = capsys.readouterr().err
+    assert ("train:" in stderr) is not quiet and ("model saved to" in stderr) is not quiet, stderr
+
+
 def test_finetune_recipe_then_overrides(tiny_model: Path, tmp_path: Path) -> None:
     """YAML recipe values apply, key=value overrides win over them, and the run saves the merged config."""
     out = tmp_path / "run"

@@ -394,7 +394,9 @@ def resume(tiny_model: Path, run: Path) -> tuple[Callable[[], Any], list[str]]:
 
 
 @pytest.mark.parametrize("damage", DAMAGE)
-@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.bin", "scheduler.bin", "run_state.json"])
+@pytest.mark.parametrize(
+    "name", ["model.safetensors", "optimizer.bin", "scheduler.bin", "run_state.json", "random_states_0.pkl"]
+)
 def test_a_damaged_checkpoint_file_is_named_with_the_checkpoint_to_fall_back_to(
     name: str,
     damage: str,
@@ -409,6 +411,17 @@ def test_a_damaged_checkpoint_file_is_named_with_the_checkpoint_to_fall_back_to(
     library, argv = resume(tiny_model, run)
     message = assert_refused(library, argv, expected, capsys)
     assert message.endswith(f"; delete {run / STEP_5} and --resume again to continue from step-00000004")
+
+
+def test_a_missing_random_state_file_is_named_too(
+    checkpointed: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Accelerate would resume without it, silently not exact."""
+    run = shutil.copytree(checkpointed, tmp_path / "run")
+    (run / STEP_5 / "random_states_0.pkl").unlink()
+    library, argv = resume(tiny_model, run)
+    expected = f"checkpoint {run / STEP_5} is damaged: random_states_0.pkl is missing; delete {run / STEP_5}"
+    assert_refused(library, argv, expected, capsys)
 
 
 def test_following_the_advice_resumes_from_the_earlier_checkpoint(
@@ -458,3 +471,15 @@ def test_damaged_best_weights_are_one_line(
     err = capsys.readouterr().err
     # The run got as far as its end (progress and INFO lines come first): the error is the last line.
     assert "Traceback" not in err and err.strip().splitlines()[-1] == f"bert-tasks: error: {error.value}"
+
+
+def test_a_checkpoint_is_resumed_on_as_many_processes_as_wrote_it(checkpointed: Path) -> None:
+    """Process 1 of a two-process launch finds no RNG state in a one-process checkpoint: say why."""
+    from bert_tasks.training.checkpoints import _check_random_states
+
+    with pytest.raises(BertTasksError) as refused:
+        _check_random_states(checkpointed / STEP_5, process=1, processes=2)
+    assert str(refused.value) == (
+        f"checkpoint {checkpointed / STEP_5} was written by 1 process(es) and this launch has 2; resume it "
+        "with 1 (the data order and random states are per process)"
+    )

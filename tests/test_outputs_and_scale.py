@@ -504,7 +504,7 @@ def many_texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def without_progress(stderr: str) -> list[str]:
-    """stderr's lines without the progress bar (tqdm draws it after 2 s, --quiet or not)."""
+    """stderr's lines without the progress bar (tqdm draws it after 2 s, unless --quiet)."""
     pieces = (piece.strip() for line in stderr.splitlines() for piece in line.split("\r"))
     return [piece for piece in pieces if piece and not piece.startswith("predict:")]
 

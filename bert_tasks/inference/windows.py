@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bert_tasks.data.batching import model_inputs
+from bert_tasks.runtime import progress_bars_wanted
 
 if TYPE_CHECKING:  # prediction never imports Accelerate (about 1 s of start-up)
     from accelerate import Accelerator
@@ -34,7 +35,7 @@ def collect_window_logits(
     """
     model.eval()
     found: list[np.ndarray | None] = [None] * num_rows
-    show = accelerator is None or accelerator.is_local_main_process
+    show = (accelerator is None or accelerator.is_local_main_process) and progress_bars_wanted()
     with torch.inference_mode():
         for batch in tqdm(loader, desc=description, disable=not show, leave=False, delay=2):
             if device is not None:  # without an accelerator, which already places batches

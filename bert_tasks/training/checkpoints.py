@@ -51,6 +51,7 @@ def save_checkpoint(
     """
     from bert_tasks.inference.quantize import weight_bytes
     from bert_tasks.modeling.attention import fused_qkv_names
+    from bert_tasks.training.together import failing_together
 
     folder = output_dir / CHECKPOINT_DIR
     final = folder / f"step-{step:08d}"
@@ -61,18 +62,22 @@ def save_checkpoint(
     latest = latest_checkpoint(output_dir)
     needed = tree_bytes(latest) if latest is not None else 3 * weight_bytes(model)  # weights + 2 moments
     intact = f"{latest} is intact: free space, then --resume" if latest else "no checkpoint is complete yet"
-    with written_whole(partial, f"checkpoint {final}", needed, intact):
-        with fused_qkv_names(accelerator.unwrap_model(model)):
-            accelerator.save_state(str(partial))
-        accelerator.wait_for_everyone()  # every process writes its RNG state there: all must finish first
+    what = f"checkpoint {final}"
+    # Every process writes its RNG state there, the main one the rest: all must be done before run_state.
+    with (
+        failing_together(accelerator, f"writing {what}"),
+        written_whole(partial, what, needed, intact),
+        fused_qkv_names(accelerator.unwrap_model(model)),
+    ):
+        accelerator.save_state(str(partial))
+    with failing_together(accelerator, f"completing {what}"):
         if accelerator.is_main_process:
-            (partial / RUN_STATE).write_text(json.dumps(run_state))
-    if accelerator.is_main_process:
-        os.replace(partial, final)
-        for old in _complete_checkpoints(output_dir)[:-keep]:
-            (old / RUN_STATE).unlink()  # first, so a deletion cut short never looks like a checkpoint
-            shutil.rmtree(old)
-    accelerator.wait_for_everyone()
+            with written_whole(partial, what, needed, intact):
+                (partial / RUN_STATE).write_text(json.dumps(run_state))
+            os.replace(partial, final)
+            for old in _complete_checkpoints(output_dir)[:-keep]:
+                (old / RUN_STATE).unlink()  # first, so a deletion cut short never looks like a checkpoint
+                shutil.rmtree(old)
     return final
 
 
@@ -212,6 +217,7 @@ def load_checkpoint(accelerator: Accelerator, model: torch.nn.Module, checkpoint
     """
     from bert_tasks.modeling.attention import fused_qkv_names
 
+    _check_random_states(checkpoint, accelerator.process_index, accelerator.num_processes)
     try:
         with fused_qkv_names(accelerator.unwrap_model(model)):
             accelerator.load_state(str(checkpoint))
@@ -224,11 +230,41 @@ def load_checkpoint(accelerator: Accelerator, model: torch.nn.Module, checkpoint
         raise _damaged(checkpoint, f"{file.name} is not what bert-tasks wrote ({reason})") from error
 
 
+#: What every process's RNG state file holds (Accelerate's keys); the device's own are optional.
+_RNG_KEYS = ("random_state", "numpy_random_seed", "torch_manual_seed")
+
+
+def _check_random_states(checkpoint: Path, process: int, processes: int) -> None:
+    """This process's RNG states must read: Accelerate goes on without them in silence, and the resumed
+    run then draws other dropout masks and data orders than the checkpointed one would have."""
+    from accelerate.utils import load
+    from accelerate.utils.constants import RNG_STATE_NAME
+
+    saved = len(list(checkpoint.glob(f"{RNG_STATE_NAME}_*.pkl")))
+    file = checkpoint / f"{RNG_STATE_NAME}_{process}.pkl"
+    if not file.is_file() and 0 < saved <= process:
+        raise BertTasksError(
+            f"checkpoint {checkpoint} was written by {saved} process(es) and this launch has {processes}; "
+            f"resume it with {saved} (the data order and random states are per process)"
+        )
+    if not file.is_file():
+        raise _damaged(checkpoint, f"{file.name} is missing")
+    try:
+        states = load(file)
+        missing = [key for key in _RNG_KEYS if key not in states]
+        if missing:
+            raise KeyError(f"no {missing[0]!r}")
+    except Exception as error:  # missing, truncated, garbage, a refused pickle: the readers' errors vary
+        raise _damaged(
+            checkpoint, f"{file.name} is not what bert-tasks wrote ({_first_sentence(error)})"
+        ) from None
+
+
 def _unreadable_state_file(checkpoint: Path) -> tuple[Path, str] | None:
     """The first state file of `checkpoint` that does not read the way accelerate reads it, and why.
 
     `load_state`'s errors name no file; reading the files again costs a failed resume only. RNG states
-    (*.pkl) are left out: accelerate goes on without those it cannot read.
+    (*.pkl) are checked before `load_state`, by `_check_random_states`.
     """
     from accelerate.utils import load
     from safetensors.torch import load_file

@@ -38,7 +38,7 @@ from bert_tasks.insight.plots import plot_training_curves
 from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
 from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
-from bert_tasks.runtime import resolve_mixed_precision
+from bert_tasks.runtime import progress_bars_wanted, resolve_mixed_precision
 from bert_tasks.tasks.base import Task
 from bert_tasks.training.checkpoints import (
     BEST_DIR,
@@ -53,6 +53,7 @@ from bert_tasks.training.checkpoints import (
 )
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.stopping import StopSignals, TrainingInterrupted
+from bert_tasks.training.together import failing_together
 
 logger = logging.getLogger(__name__)
 
@@ -177,12 +178,12 @@ class Run:
         this command started it (`resume`, `overwrite`), so reusing it as a recipe never resumes or deletes.
         """
         self.accelerator.wait_for_everyone()  # every process has looked before the main one changes anything
-        if self.accelerator.is_main_process:
-            if self.cfg.overwrite:
-                self.output.clear_previous()
-            self.output.record("recipe.yaml")
-            save_config(replace(self.cfg, resume=False, overwrite=False), self.output_dir / "recipe.yaml")
-        self.accelerator.wait_for_everyone()
+        with failing_together(self.accelerator, "writing recipe.yaml"):
+            if self.accelerator.is_main_process:
+                if self.cfg.overwrite:
+                    self.output.clear_previous()
+                self.output.record("recipe.yaml")
+                save_config(replace(self.cfg, resume=False, overwrite=False), self.output_dir / "recipe.yaml")
 
     def _prepare_training(self) -> None:
         cfg, accelerator = self.cfg, self.accelerator
@@ -207,7 +208,8 @@ class Run:
         self.scheduler = accelerator.prepare(schedule)
         self.window = LossWindow(torch.zeros((), device=accelerator.device))
         self.log_path = self.output_dir / "train_log.jsonl"
-        self.output.record(self.log_path.name)
+        with failing_together(accelerator, "recording train_log.jsonl"):
+            self.output.record(self.log_path.name)
 
     def _resume(self) -> None:
         """Restore model, optimizer, scheduler, RNG states, the run's state and its unlogged loss."""
@@ -218,10 +220,12 @@ class Run:
         self.state = RunState(**saved)
         self.window.total.fill_(window["loss_since_log"])
         self.window.micro_steps = window["micro_steps_since_log"]
-        if self.accelerator.is_main_process:
-            logger.info("resuming from %s", checkpoint)
-            # The log may hold records written after the checkpoint; the resumed run writes them again.
-            self.log_path.write_text("".join(json.dumps(record) + "\n" for record in self.state.history))
+        with failing_together(self.accelerator, "rewriting train_log.jsonl"):
+            if self.accelerator.is_main_process:
+                logger.info("resuming from %s", checkpoint)
+                # The log may hold records written after the checkpoint; the resumed run writes them again.
+                history = "".join(json.dumps(record) + "\n" for record in self.state.history)
+                self.log_path.write_text(history)
 
     def _log_start(self) -> None:
         if not self.accelerator.is_main_process:
@@ -245,7 +249,7 @@ class Run:
             total=self.total_updates,
             initial=self.state.global_step,
             desc="train",
-            disable=not self.accelerator.is_local_main_process,
+            disable=not (self.accelerator.is_local_main_process and progress_bars_wanted()),
         )
         # A run checkpointed at its very end (Ctrl-C at the last update) has only `finish` left to do.
         self.stopped = self.state.global_step >= self.total_updates or self._out_of_patience()
@@ -345,10 +349,10 @@ class Run:
         state.best_metric, state.best_step, state.evals_without_improvement = value, state.global_step, 0
         state.best_scores = scores
         weights = full_state_dict(self.accelerator, self.model)  # every process: gathering FSDP shards
-        if self.accelerator.is_main_process:
-            self.output.record(BEST_DIR, f"{BEST_DIR}.tmp")  # a kill mid-write leaves best.tmp: ours too
-            save_best(self.accelerator.unwrap_model(self.model), self.output_dir, weights)
-        self.accelerator.wait_for_everyone()
+        with failing_together(self.accelerator, "saving the best weights"):
+            if self.accelerator.is_main_process:
+                self.output.record(BEST_DIR, f"{BEST_DIR}.tmp")  # a kill mid-write leaves best.tmp: ours too
+                save_best(self.accelerator.unwrap_model(self.model), self.output_dir, weights)
 
     def _out_of_patience(self) -> bool:
         """Early stopping: `early_stopping_patience` evaluations in a row without improvement."""
@@ -371,8 +375,9 @@ class Run:
             "loss_since_log": self.accelerator.reduce(self.window.total, "mean").item(),
             "micro_steps_since_log": self.window.micro_steps,
         }
-        if self.accelerator.is_main_process:
-            self.output.record("checkpoints")
+        with failing_together(self.accelerator, "recording the checkpoints dir"):
+            if self.accelerator.is_main_process:
+                self.output.record("checkpoints")
         return save_checkpoint(
             self.accelerator,
             self.model,
@@ -384,9 +389,10 @@ class Run:
 
     def _append_log(self, record: dict[str, Any]) -> None:
         self.state.history.append(record)
-        if self.accelerator.is_main_process:
-            with self.log_path.open("a") as log:
-                log.write(json.dumps(record) + "\n")
+        with failing_together(self.accelerator, "writing train_log.jsonl"):
+            if self.accelerator.is_main_process:
+                with self.log_path.open("a") as log:
+                    log.write(json.dumps(record) + "\n")
 
     def _diverged(self, what: str, step: int) -> BertTasksError:
         """The one line for a NaN/inf loss or output; best/ keeps the last finite improvement."""
@@ -427,10 +433,10 @@ class Run:
                 loader = eval_loader(self.encoded[split], self.collate, self.cfg.eval_batch_size)
                 metrics[split] = self._scores(accelerator.prepare(loader), split)
         weights = full_state_dict(accelerator, self.model)  # every process: gathering FSDP shards
-        if accelerator.is_main_process:
-            self._save_model(unwrapped, weights, metrics)
-            _log_summary(metrics, self.metric_name, self.output_dir)
-        accelerator.wait_for_everyone()
+        with failing_together(accelerator, "saving the model"):
+            if accelerator.is_main_process:
+                self._save_model(unwrapped, weights, metrics)
+                _log_summary(metrics, self.metric_name, self.output_dir)
         accelerator.end_training()
         return self.output_dir
 
