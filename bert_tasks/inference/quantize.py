@@ -19,6 +19,7 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.model_card import MODEL_CARD, export_card
 from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, load_finetuned
 
 if TYPE_CHECKING:
@@ -108,11 +109,14 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
     with CommandOutput(out, f"export {out}", todo, fresh=True) as target:
         loaded = load_finetuned(model_dir)
         model = loaded.model
-        setattr(model.config, POLICY_KEY, replace(loaded.policy, quantize=method).to_json())
+        policy = replace(loaded.policy, quantize=method)
+        setattr(model.config, POLICY_KEY, policy.to_json())
+        card = export_card(model_dir, loaded.directory, out, method, loaded.task, policy)
         with target.writing():
             model.save_pretrained(out)
             loaded.tokenizer.save_pretrained(out)
             for name in _EXTRA_FILES:
                 if (Path(model_dir) / name).is_file():
                     shutil.copy2(Path(model_dir) / name, out / name)
+            (out / MODEL_CARD).write_text(str(card), encoding="utf-8")
         return quantize_model(model, method)  # what loading will do: proves it works and measures it
