@@ -19,7 +19,6 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_card import MODEL_CARD, export_card
 from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, load_finetuned
 
 if TYPE_CHECKING:
@@ -100,6 +99,7 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
             directory that is not empty, or a place that cannot be written (checked before the model
             loads); a failed write (a full disk) removes what the export wrote.
     """
+    from bert_tasks.model_card import MODEL_CARD, export_card  # deferred: predict imports this module
     from bert_tasks.output_paths import CommandOutput
 
     if check_method(method) is None:
