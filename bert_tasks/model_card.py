@@ -77,7 +77,8 @@ def describe_data(cfg: Config, raw: dict[str, Dataset]) -> list[DataSource]:
             sources.append(DataSource(split, len(data), path, size, digest, limit=cut))
         else:
             hub_path, _, hub_config = str(cfg.dataset).partition("/")
-            sources.append(DataSource(split, len(data), hub_dataset=hub_path, hub_config=hub_config or None))
+            hub = {"hub_dataset": hub_path, "hub_config": hub_config or None}
+            sources.append(DataSource(split, len(data), **hub, limit=cut))
     return sources
 
 
@@ -153,8 +154,7 @@ def export_card(
     Its metadata is the source's without the model-index: those scores were measured on the fp32 model,
     not on this copy.
     """
-    card_file = source_dir / MODEL_CARD
-    original = ModelCard.load(card_file) if card_file.is_file() else None
+    original = _source_card(source_dir / MODEL_CARD)
     kept = {k: v for k, v in original.data.to_dict().items() if k != "model-index"} if original else {}
     data = ModelCardData(**kept)
     data.tags = [*(data.tags or ["bert-tasks", task.name, "bert"]), "quantized", method]
@@ -178,8 +178,19 @@ def export_card(
         title = 1 if lines and lines[0].startswith("# ") else 0  # its name: the heading below says it
         body += ["", "## The source model's card", "", *_demoted(lines[title:])]
     else:
-        body += ["", f"The source dir has no {MODEL_CARD}; its task: {about.summary}"]
+        body += ["", f"The source dir has no model card in its {MODEL_CARD}. {about.summary}"]
     return _card(data, body)
+
+
+def _source_card(path: Path) -> ModelCard | None:
+    """The source dir's card; None without one, or for a README.md whose metadata is no YAML mapping
+    (a dir fine-tuned elsewhere may hold any README): the export's card then stands alone."""
+    if not path.is_file():
+        return None
+    try:
+        return ModelCard.load(path)
+    except (ValueError, yaml.YAMLError):
+        return None
 
 
 def _card(data: ModelCardData, body: list[str]) -> ModelCard:
@@ -262,8 +273,8 @@ def _data_section(sources: Sequence[DataSource]) -> list[str]:
         "",
         "## Data",
         "",
-        "The model learned from the train split alone; validation and test were only scored. The model "
-        "knows the text these files hold and nothing else of its task.",
+        "The model learned from the train split alone; validation and test were only scored. What it "
+        "knows of its task comes from this data alone.",
         "",
         "| split | source | rows used | bytes | SHA-256 |",
         "| --- | --- | --- | --- | --- |",
@@ -276,9 +287,8 @@ def _data_section(sources: Sequence[DataSource]) -> list[str]:
             lines.append(f"| {s.split} | `{s.file}` | {s.rows}{cut} | {s.size_bytes} | `{s.sha256}` |")
         else:
             config = f", config `{s.hub_config}`" if s.hub_config else ""
-            lines.append(
-                f"| {s.split} | hub dataset `{s.hub_dataset}`{config}, split `{s.split}` | {s.rows} | – | – |"
-            )
+            source = f"hub dataset `{s.hub_dataset}`{config}, split `{s.split}`"
+            lines.append(f"| {s.split} | {source} | {s.rows}{cut} | – | – |")
     return lines
 
 

@@ -13,6 +13,7 @@ import json
 import logging
 import platform
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -199,6 +200,19 @@ def test_the_export_card_names_its_source_and_claims_no_scores(sentiment_run: Pa
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         exec(compile(vanilla, str(out / MODEL_CARD), "exec"), {})
     assert "positive" in printed.getvalue() or "negative" in printed.getvalue()
+
+
+def test_an_export_of_a_dir_whose_readme_is_no_card_gets_a_card_of_its_own(
+    sentiment_run: Path, tmp_path: Path
+) -> None:
+    """A dir fine-tuned elsewhere may hold any README.md: it stays; the export's card stands alone."""
+    source = shutil.copytree(sentiment_run, tmp_path / "source")
+    (source / MODEL_CARD).write_text("---\n- not a mapping\n---\nnotes\n", encoding="utf-8")
+    export_quantized(source, tmp_path / "int8")
+    card = ModelCard.load(tmp_path / "int8" / MODEL_CARD)
+    assert card.data.pipeline_tag == "text-classification" and "quantized" in card.data.tags
+    assert "The source dir has no model card in its README.md" in card.text
+    assert (source / MODEL_CARD).read_text(encoding="utf-8") == "---\n- not a mapping\n---\nnotes\n"
 
 
 def test_a_card_for_the_bundled_base_and_a_hub_dataset(tmp_path: Path) -> None:
