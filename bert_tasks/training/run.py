@@ -427,7 +427,7 @@ class Run:
     # Finishing.
 
     def finish(self) -> Path:
-        """Restore the best weights, score every held-out split, save model + tokenizer + recipe + metrics."""
+        """Restore the best weights, score every held-out split, save model + tokenizer + card + metrics."""
         accelerator, state = self.accelerator, self.state
         unwrapped = accelerator.unwrap_model(self.model)
         if state.best_step is not None:
