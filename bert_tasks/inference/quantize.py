@@ -99,6 +99,7 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
             directory that is not empty, or a place that cannot be written (checked before the model
             loads); a failed write (a full disk) removes what the export wrote.
     """
+    from bert_tasks.model_card import MODEL_CARD, export_card  # deferred: predict imports this module
     from bert_tasks.output_paths import CommandOutput
 
     if check_method(method) is None:
@@ -108,11 +109,14 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
     with CommandOutput(out, f"export {out}", todo, fresh=True) as target:
         loaded = load_finetuned(model_dir)
         model = loaded.model
-        setattr(model.config, POLICY_KEY, replace(loaded.policy, quantize=method).to_json())
+        policy = replace(loaded.policy, quantize=method)
+        setattr(model.config, POLICY_KEY, policy.to_json())
+        card = export_card(model_dir, loaded.directory, out, method, loaded.task, policy)
         with target.writing():
             model.save_pretrained(out)
             loaded.tokenizer.save_pretrained(out)
             for name in _EXTRA_FILES:
                 if (Path(model_dir) / name).is_file():
                     shutil.copy2(Path(model_dir) / name, out / name)
+            (out / MODEL_CARD).write_text(str(card), encoding="utf-8")
         return quantize_model(model, method)  # what loading will do: proves it works and measures it

@@ -14,13 +14,13 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from bert_tasks.config import DEFAULT_MODEL
+from bert_tasks.config import DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
 from bert_tasks.errors import BertTasksError
 from bert_tasks.modeling.patch import patch_bert
 
 logger = logging.getLogger(__name__)
 
-_DEFAULT_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}
+_DEFAULT_ALIASES = {DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID, "default"}
 #: Where a BERT checkpoint's encoder lives (under a head's `bert.` prefix, or at the top of a BertModel): it
 #: must always load whole. Everything else (pooler, classifier, cls.*) is a task head, which may start fresh.
 _ENCODER_PARTS = ("embeddings.", "encoder.")
@@ -64,6 +64,11 @@ def bundled_model_dir() -> Path:
             "or pass model=<dir or hub id>"
         )
     return Path(spec.origin).parent / "model"
+
+
+def is_bundled_default(name: str | Path) -> bool:
+    """Whether `name` is one of the names of the bundled default model (not a dir or hub id of the user's)."""
+    return str(name) in _DEFAULT_ALIASES
 
 
 def resolve_model_path(name_or_path: str | Path) -> str:

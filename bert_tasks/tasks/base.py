@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +24,25 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
+    from bert_tasks.model_dir import ModelPolicy
+
+
+@dataclass(frozen=True)
+class TaskCard:
+    """What a model card says that differs between tasks (`bert_tasks/model_card.py` writes the rest)."""
+
+    #: What the model does, in a sentence naming its labels.
+    summary: str
+    #: How a text longer than one window becomes one prediction.
+    long_inputs: str
+    #: The Hugging Face pipeline the saved dir runs in (card metadata, and the vanilla snippet); None: none.
+    pipeline_tag: str | None = None
+    #: Keyword arguments of that pipeline that make it read the model as bert-tasks does.
+    pipeline_options: dict[str, Any] = field(default_factory=dict)
+    #: A text to show the snippets on.
+    example: str = "An example sentence."
+    #: Limits particular to the task, beyond those of the base model and the data.
+    limits: tuple[str, ...] = ()
 
 
 class Task(ABC):
@@ -145,6 +165,14 @@ class Task(ABC):
     def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
         """Write the task's evaluation plots (none by default); return their paths."""
         return []
+
+    def card(self, labels: Sequence[str], policy: ModelPolicy) -> TaskCard:
+        """The task's part of the model card; the default names the labels and no pipeline."""
+        return TaskCard(
+            summary=f"{self.name}: predicts one of the labels {', '.join(labels)}.",
+            long_inputs="a text longer than one window is split into overlapping windows, merged back by "
+            "the task's decoding",
+        )
 
 
 def score_table(rows: dict[str, dict[str, Any]], first_header: str) -> list[str]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from bert_tasks.data.ner_files import read_hub_ner, read_ner_file, texts_to_dataset
 from bert_tasks.errors import BertTasksError
-from bert_tasks.tasks.base import Task, score_table
+from bert_tasks.tasks.base import Task, TaskCard, score_table
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from transformers import BatchEncoding, PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
+    from bert_tasks.model_dir import ModelPolicy
 
 METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ner"
 _DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo" / "ner"
@@ -429,3 +430,32 @@ class NerTask(Task):
             for example in errors["examples"].get(kind, [])[:3]:
                 lines.append(f"  {kind:<24} gold {example['gold']} | predicted {example['pred']}")
         return "\n".join(lines)
+
+    def card(self, labels: Sequence[str], policy: ModelPolicy) -> TaskCard:
+        """Token classification; `first` is the pipeline aggregation that reads words as bert-tasks does.
+
+        bert-tasks trains and decodes each word on its first sub-token, which is what the pipeline's
+        `aggregation_strategy="first"` takes; "simple" would group sub-tokens whose labels training never saw.
+        """
+        types = sorted({label[2:] for label in labels if label != "O"})
+        decoding = "BIO-constrained Viterbi decoding" if self.viterbi else "argmax decoding"
+        viterbi_differs = (
+            "A vanilla `pipeline` decodes each word by argmax (no Viterbi), so its entities can differ "
+            "slightly from bert-tasks' predictions.",
+        )
+        return TaskCard(
+            summary=f"Named-entity recognition: BIO tags per word for the entity types {', '.join(types)}; "
+            "predictions are entity spans with character offsets into the text.",
+            long_inputs="each word takes its prediction from the window where it has the most context, "
+            f"then {decoding} turns the words' scores into tags",
+            pipeline_tag="token-classification",
+            pipeline_options={"aggregation_strategy": "first", "stride": policy.stride},
+            example="The patient developed hepatotoxicity after taking valproate.",
+            limits=(
+                f"It finds the entity types above only ({', '.join(types)}), as annotated in its training "
+                "data; other kinds of mention are not found.",
+                *(viterbi_differs if self.viterbi else ()),
+                "A tagger trained on biomedical corpora (BC5CDR, NCBI-disease: PubMed abstracts) is a "
+                "research tool: it is not validated for clinical use or decisions about patients.",
+            ),
+        )

@@ -16,7 +16,7 @@ import numpy as np
 
 from bert_tasks.data.text_classification import read_hub_text_classification, read_text_classification
 from bert_tasks.errors import BertTasksError, listed
-from bert_tasks.tasks.base import Task, score_table
+from bert_tasks.tasks.base import Task, TaskCard, score_table
 
 if TYPE_CHECKING:
     import torch
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
+    from bert_tasks.model_dir import ModelPolicy
 
 METRIC_PATH = Path(__file__).resolve().parent.parent / "metrics" / "classification" / "classification.py"
 _DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo" / "sentiment"
@@ -217,6 +218,21 @@ class SentimentTask(Task):
                 metrics["confusion_matrix"], metrics["labels"], out_dir / "confusion_matrix.png"
             )
         ]
+
+    def card(self, labels: Sequence[str], policy: ModelPolicy) -> TaskCard:
+        """Text classification; a vanilla pipeline truncates to one window, where bert-tasks averages."""
+        return TaskCard(
+            summary=f"Text classification: one label per text, out of {', '.join(labels)}.",
+            long_inputs="in training every window carries its text's label; in prediction the windows' "
+            "logits are averaged into one label per text, so no part of a text is dropped",
+            pipeline_tag="text-classification",
+            pipeline_options={"truncation": True},
+            example="I loved this film, the cast was wonderful.",
+            limits=(
+                "A vanilla `pipeline` reads only the first window of a long text (it truncates); bert-tasks "
+                "averages over every window, so on long texts the two can disagree.",
+            ),
+        )
 
 
 def _example_logits(encoded: Dataset, window_logits: Sequence[np.ndarray], num_examples: int) -> np.ndarray:

@@ -175,6 +175,10 @@ class OutputDir:
             self._entries |= new - {MANIFEST}
             self._write_manifest()
 
+    def is_foreign(self, name: str) -> bool:
+        """Whether output_dir holds `name` and no bert-tasks run wrote it: a user's file, never replaced."""
+        return name not in self._entries and os.path.lexists(self.path / name)
+
     def _write_manifest(self) -> None:
         """Through a temporary file and a rename: a crash leaves the old manifest or the new, never half."""
         temp = self.path / f"{MANIFEST}.{os.getpid()}.tmp"

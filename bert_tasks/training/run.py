@@ -35,6 +35,14 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import weight_bytes
 from bert_tasks.inference.windows import collect_window_logits
 from bert_tasks.insight.plots import plot_training_curves
+from bert_tasks.model_card import (
+    MODEL_CARD,
+    RunFacts,
+    describe_data,
+    library_versions,
+    run_card,
+    versions_note,
+)
 from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
 from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
@@ -129,6 +137,7 @@ class Run:
         set_seed(cfg.seed)
         run.tokenizer = load_tokenizer(cfg.model)
         run.labels = task.label_names(raw["train"], cfg)
+        run.data_sources = describe_data(cfg, raw)  # sizes and SHA-256 of what was read, for the card
         label2id = {label: i for i, label in enumerate(run.labels)}
         with run.accelerator.main_process_first():
             run.encoded = {
@@ -175,15 +184,20 @@ class Run:
 
         So a bad file or model dir leaves `output_dir` as it was. Only the main process deletes and
         writes: several processes deleting one tree race each other. recipe.yaml records the run, not how
-        this command started it (`resume`, `overwrite`), so reusing it as a recipe never resumes or deletes.
+        this command started it (`resume`, `overwrite`): the precision Accelerate runs (never `auto`) and,
+        as a comment, the library versions; reusing it as a recipe repeats the run, never resumes or deletes.
         """
+        self.recipe = replace(
+            self.cfg, resume=False, overwrite=False, mixed_precision=self.accelerator.mixed_precision
+        )
+        self.versions = library_versions()
         self.accelerator.wait_for_everyone()  # every process has looked before the main one changes anything
         with failing_together(self.accelerator, "writing recipe.yaml"):
             if self.accelerator.is_main_process:
                 if self.cfg.overwrite:
                     self.output.clear_previous()
                 self.output.record("recipe.yaml")
-                save_config(replace(self.cfg, resume=False, overwrite=False), self.output_dir / "recipe.yaml")
+                save_config(self.recipe, self.output_dir / "recipe.yaml", [versions_note(self.versions)])
 
     def _prepare_training(self) -> None:
         cfg, accelerator = self.cfg, self.accelerator
@@ -419,7 +433,7 @@ class Run:
     # Finishing.
 
     def finish(self) -> Path:
-        """Restore the best weights, score every held-out split, save model + tokenizer + recipe + metrics."""
+        """Restore the best weights, score every held-out split, save model + tokenizer + card + metrics."""
         accelerator, state = self.accelerator, self.state
         unwrapped = accelerator.unwrap_model(self.model)
         if state.best_step is not None:
@@ -446,7 +460,8 @@ class Run:
         """Write the model dir beside the run (`.model.tmp`), then move its files in; metrics.json last.
 
         metrics.json marks a finished run, so a failed write (a full disk) never leaves a dir that looks
-        finished: the staging dir is removed and the line says what is intact (best/, checkpoints).
+        finished: the staging dir is removed and the line says what is intact (best/, checkpoints). A file
+        of the user's in output_dir (a README.md added to a resumed run's dir) is never replaced.
         """
         output_dir = self.output_dir
         staging = output_dir / STAGING_DIR
@@ -457,8 +472,19 @@ class Run:
             model.save_pretrained(staging, state_dict=weights)
             self.tokenizer.save_pretrained(staging)
             plot_training_curves(self.state.history, staging / "training_curves.png")
+            facts = RunFacts(output_dir, self.recipe, self.labels, self.data_sources, metrics, self.versions)
+            (staging / MODEL_CARD).write_text(str(run_card(facts, self.task)), encoding="utf-8")
             (staging / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         names = sorted(path.name for path in staging.iterdir())
+        for name in [name for name in names if self.output.is_foreign(name)]:
+            logger.warning(
+                "output_dir %s holds %s, which no bert-tasks run wrote: kept it; the run's %s is not saved",
+                output_dir,
+                name,
+                name,
+            )
+            (staging / name).unlink()
+            names.remove(name)
         self.output.record(*names)
         for name in sorted(names, key=lambda name: name == "metrics.json"):
             os.replace(staging / name, output_dir / name)

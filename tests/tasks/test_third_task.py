@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from huggingface_hub import ModelCard
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from bert_tasks import tasks
@@ -146,6 +147,9 @@ def test_a_task_registered_outside_the_package_trains_evaluates_and_predicts(
 
     policy = read_policy(model_dir)
     assert (policy.task, policy.max_length, policy.stride) == ("question", 24, 8)
+    card = ModelCard.load(model_dir / "README.md")  # Task.card's default: the labels, no pipeline
+    assert card.data.pipeline_tag is None and "question, statement" in card.text
+    assert [r.metric_value for r in card.data.eval_results] == [1.0]
     metrics = evaluate_file("question", model_dir, str(dev_file), [], tmp_path / "eval")
     assert metrics["accuracy"] == 1.0  # a tiny BERT learns the '?' in six epochs
     predictor = Predictor(model_dir)

@@ -1,0 +1,447 @@
+"""The model card: `README.md` in every model dir, in the Hugging Face format, built from a run's facts.
+
+YAML metadata (library, pipeline tag, base model, tags, a model-index with every score and its split)
+through `huggingface_hub`'s `ModelCardData` and `EvalResult`, so the Hub reads it as it reads its own; then
+a body for people: base model, task and labels, the data (file sizes and SHA-256, or the hub dataset),
+every score with what its split was used for, the window policy, intended use and limits, how to load it
+(bert-tasks and a vanilla `pipeline`), the recipe and the library versions. What differs between tasks
+(pipeline tag and options, how long inputs are merged, the task's limits) comes from `Task.card`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from bert_tasks.config import DEFAULT_MODEL_HUB_ID, Config
+from bert_tasks.data.splits import SPLIT_FILES
+from bert_tasks.model_dir import ModelPolicy
+from bert_tasks.modeling.load import is_bundled_default
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from bert_tasks.tasks.base import Task, TaskCard
+
+#: The card's file name: what the Hub and `ModelCard.load` read.
+MODEL_CARD = "README.md"
+#: The libraries whose versions a run records (recipe.yaml's header, the card), besides Python.
+VERSIONED = ("bert-tasks", "torch", "transformers", "accelerate", "datasets", "huggingface_hub")
+#: What each split's scores mean: the split that picks the checkpoint flatters it.
+SPLIT_ROLES = {
+    "validation": "used for model selection (it picked the best checkpoint), so its scores are optimistic",
+    "test": "held out: scored once, with the selected weights, and never used to choose anything",
+}
+#: Rows of a per-class / per-type table shown in the card; metrics.json holds them all.
+MAX_TABLE_ROWS = 50
+_BUNDLED_BASE = (
+    "a general-domain English sentence-transformers MiniLM (all-MiniLM-L6-v2: 6 layers, 384 wide, uncased), "
+    "trained on web, question-answer and caption sentence pairs, not on any specialised domain"
+)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where one split's rows came from: a local file (size, SHA-256) or a hub dataset split."""
+
+    split: str
+    rows: int
+    file: str | None = None
+    size_bytes: int | None = None
+    sha256: str | None = None
+    hub_dataset: str | None = None
+    hub_config: str | None = None
+    #: The row cap (`max_train_samples` / `max_eval_samples`) when it cut the split.
+    limit: int | None = None
+
+
+def describe_data(cfg: Config, raw: dict[str, Dataset]) -> list[DataSource]:
+    """The sources of the splits a run read, by the split rule of `data/splits.py` (file, else hub)."""
+    sources = []
+    for split, data in raw.items():
+        path = getattr(cfg, SPLIT_FILES[split])
+        limit = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
+        cut = limit if limit is not None and len(data) == limit else None
+        if path is not None:
+            size, digest = _file_digest(Path(path))
+            sources.append(DataSource(split, len(data), path, size, digest, limit=cut))
+        else:
+            hub_path, _, hub_config = str(cfg.dataset).partition("/")
+            hub = {"hub_dataset": hub_path, "hub_config": hub_config or None}
+            sources.append(DataSource(split, len(data), **hub, limit=cut))
+    return sources
+
+
+def library_versions() -> dict[str, str]:
+    """The versions a run ran with (installed distributions; bert-tasks from the package itself)."""
+    from bert_tasks import __version__
+
+    versions = {"python": platform.python_version(), "bert-tasks": __version__}
+    for name in VERSIONED[1:]:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def versions_note(versions: dict[str, str]) -> str:
+    """One comment line for recipe.yaml: what ran, which a config key cannot hold."""
+    return "Ran with " + ", ".join(f"{name} {version}" for name, version in versions.items())
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a finished run knows that its card reports."""
+
+    directory: Path
+    recipe: Config  # as recorded in recipe.yaml: resolved precision, no resume/overwrite
+    labels: list[str]
+    data: list[DataSource]
+    metrics: dict[str, Any]  # metrics.json
+    versions: dict[str, str]
+
+
+def run_card(facts: RunFacts, task: Task) -> ModelCard:
+    """The card of a fine-tuned model dir."""
+    cfg = facts.recipe
+    policy = ModelPolicy.for_run(cfg)
+    about = task.card(facts.labels, policy)
+    name = facts.directory.name
+    data = ModelCardData(
+        model_name=name,
+        library_name="transformers",
+        pipeline_tag=about.pipeline_tag,
+        base_model=_base_model_id(cfg.model),
+        datasets=sorted({s.hub_dataset for s in facts.data if s.hub_dataset}) or None,
+        tags=["bert-tasks", task.name, "bert"],
+        metrics=sorted({metric for _, metric, _ in _scalars(facts.metrics)}) or None,
+        eval_results=[_eval_result(facts, about, task, *score) for score in _scalars(facts.metrics)] or None,
+    )
+    body = [
+        f"# {name}",
+        "",
+        f"{about.summary} Fine-tuned from {_base_model_text(cfg.model)} with bert-tasks "
+        f"{facts.versions['bert-tasks']}.",
+        *_model_section(cfg, facts, about),
+        *_data_section(facts.data),
+        *_scores_section(facts.metrics),
+        *_windows_section(policy, about),
+        *_limits_section(cfg, about),
+        *_usage_section(task.name, facts.directory, policy, about, quantized=False),
+        *_recipe_section(cfg, facts.directory),
+        *_versions_section(facts.versions),
+    ]
+    return _card(data, body)
+
+
+def export_card(
+    source: str | Path, source_dir: Path, out_dir: Path, method: str, task: Task, policy: ModelPolicy
+) -> ModelCard:
+    """The card of `bert-tasks export`'s dir: which model (`source`, read from `source_dir`) it is a
+    quantized copy of, then that model's card.
+
+    Its metadata is the source's without the model-index: those scores were measured on the fp32 model,
+    not on this copy.
+    """
+    original = _source_card(source_dir / MODEL_CARD)
+    kept = {k: v for k, v in original.data.to_dict().items() if k != "model-index"} if original else {}
+    data = ModelCardData(**kept)
+    data.tags = [*(data.tags or ["bert-tasks", task.name, "bert"]), "quantized", method]
+    about = task.card(_label_names(source_dir), policy)
+    data.pipeline_tag = data.pipeline_tag or about.pipeline_tag
+    body = [
+        f"# {out_dir.name}",
+        "",
+        f"An {method.upper()} dynamic-quantized copy of the model `{source}`, written by "
+        f"`bert-tasks export --quantize {method}`. The files hold the fp32 weights and "
+        f'`"quantize": "{method}"` under `bert_tasks` in config.json: bert-tasks (predict, evaluate, '
+        "`Predictor`) quantizes the encoder's Linear layers on load (int8 weights, one scale per output "
+        "channel, on CPU); vanilla transformers loads the fp32 model.",
+        "",
+        "Scores in the source's card below were measured on the fp32 model, not on this copy; measure it "
+        f"with `bert-tasks evaluate {task.name} --model {out_dir} --data FILE`.",
+        *_usage_section(task.name, out_dir, policy, about, quantized=True),
+    ]
+    if original is not None:
+        lines = original.text.strip().splitlines()
+        title = 1 if lines and lines[0].startswith("# ") else 0  # its name: the heading below says it
+        body += ["", "## The source model's card", "", *_demoted(lines[title:])]
+    else:
+        body += ["", f"The source dir has no model card in its {MODEL_CARD}. {about.summary}"]
+    return _card(data, body)
+
+
+def _source_card(path: Path) -> ModelCard | None:
+    """The source dir's card; None without one, or for a README.md whose metadata is no YAML mapping
+    (a dir fine-tuned elsewhere may hold any README): the export's card then stands alone."""
+    if not path.is_file():
+        return None
+    try:
+        return ModelCard.load(path)
+    except (ValueError, yaml.YAMLError):
+        return None
+
+
+def _card(data: ModelCardData, body: list[str]) -> ModelCard:
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body).strip() + "\n")
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    """Size and SHA-256 of a file, read in 1 MiB blocks (a data file may be gigabytes)."""
+    digest, size = hashlib.sha256(), 0
+    with path.open("rb") as file:
+        while block := file.read(2**20):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
+
+
+def _base_model_id(model: str) -> str | None:
+    """The base model's hub id for the metadata; None for a local dir (the Hub knows no path)."""
+    if is_bundled_default(model):
+        return DEFAULT_MODEL_HUB_ID
+    return None if Path(model).expanduser().exists() else model
+
+
+def _base_model_text(model: str) -> str:
+    if is_bundled_default(model):
+        link = f"[{DEFAULT_MODEL_HUB_ID}](https://huggingface.co/{DEFAULT_MODEL_HUB_ID})"
+        return f"{link} (bundled with bert-tasks)"
+    if Path(model).expanduser().exists():
+        return f"the local model dir `{model}`"
+    return f"[{model}](https://huggingface.co/{model})"
+
+
+def _scalars(metrics: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """(split, metric, value) of every scalar score in metrics.json, validation before test."""
+    return [
+        (split, metric, value)
+        for split in SPLIT_ROLES
+        for metric, value in metrics.get(split, {}).items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    ]
+
+
+def _eval_result(
+    facts: RunFacts, about: TaskCard, task: Task, split: str, metric: str, value: float
+) -> EvalResult:
+    source = next(s for s in facts.data if s.split == split)
+    dataset = source.hub_dataset or Path(str(source.file)).name
+    return EvalResult(
+        task_type=about.pipeline_tag or task.name,
+        dataset_type=dataset,
+        dataset_name=dataset,
+        dataset_config=source.hub_config,
+        dataset_split=split,
+        metric_type=metric,
+        metric_name=metric.replace("_", " "),
+        metric_value=value,
+    )
+
+
+def _model_section(cfg: Config, facts: RunFacts, about: TaskCard) -> list[str]:
+    best = facts.metrics.get("best_step")
+    chosen = (
+        f"the weights of step {best}, best by validation {facts.metrics.get('metric_for_best')}"
+        if best is not None
+        else "the weights of the last step (no validation split to choose by)"
+    )
+    return [
+        "",
+        "## Model",
+        "",
+        f"- Base model: {_base_model_text(cfg.model)}",
+        f"- Task: `{cfg.task}`" + (f" (pipeline `{about.pipeline_tag}`)" if about.pipeline_tag else ""),
+        f"- Labels, in id order: {', '.join(f'`{label}`' for label in facts.labels)}",
+        f"- Saved weights: {chosen}",
+    ]
+
+
+def _data_section(sources: Sequence[DataSource]) -> list[str]:
+    lines = [
+        "",
+        "## Data",
+        "",
+        "The model learned from the train split alone; validation and test were only scored. What it "
+        "knows of its task comes from this data alone.",
+        "",
+        "| split | source | rows used | bytes | SHA-256 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for s in sources:
+        cut = (
+            f" (first {s.limit}: max_{'train' if s.split == 'train' else 'eval'}_samples)" if s.limit else ""
+        )
+        if s.file is not None:
+            lines.append(f"| {s.split} | `{s.file}` | {s.rows}{cut} | {s.size_bytes} | `{s.sha256}` |")
+        else:
+            config = f", config `{s.hub_config}`" if s.hub_config else ""
+            source = f"hub dataset `{s.hub_dataset}`{config}, split `{s.split}`"
+            lines.append(f"| {s.split} | {source} | {s.rows}{cut} | – | – |")
+    return lines
+
+
+def _scores_section(metrics: dict[str, Any]) -> list[str]:
+    splits = [split for split in SPLIT_ROLES if split in metrics]
+    if not splits:
+        return ["", "## Scores", "", "No validation or test split was given: the run measured no scores."]
+    lines = ["", "## Scores", ""]
+    lines += [f"- **{split}**: {SPLIT_ROLES[split]}." for split in splits]
+    lines += ["", "| metric | " + " | ".join(splits) + " |", "| --- |" + " --- |" * len(splits)]
+    names = dict.fromkeys(metric for _, metric, _ in _scalars(metrics))
+    for metric in names:
+        values = [metrics[split].get(metric) for split in splits]
+        lines.append(f"| {metric} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in values) + " |")
+    for split in splits:
+        for key, table in metrics[split].items():
+            if _is_breakdown(table):
+                lines += ["", f"{key.replace('_', ' ')} ({split}):", "", *_breakdown(table)]
+    return lines
+
+
+def _is_breakdown(value: Any) -> bool:
+    """A per-class / per-type table: {name: {precision, recall, f1, support}}."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(
+            isinstance(row, dict) and {"precision", "recall", "f1", "support"} <= set(row)
+            for row in value.values()
+        )
+    )
+
+
+def _breakdown(table: dict[str, dict[str, Any]]) -> list[str]:
+    rows = sorted(table.items(), key=lambda item: -item[1]["support"])
+    lines = ["| | precision | recall | f1 | support |", "| --- | --- | --- | --- | --- |"]
+    for name, row in rows[:MAX_TABLE_ROWS]:
+        lines.append(
+            f"| {name} | {row['precision']:.4f} | {row['recall']:.4f} | {row['f1']:.4f} | {row['support']} |"
+        )
+    if len(rows) > MAX_TABLE_ROWS:
+        lines.append(f"| ({len(rows) - MAX_TABLE_ROWS} more, in metrics.json) | | | | |")
+    return lines
+
+
+def _windows_section(policy: ModelPolicy, about: TaskCard) -> list[str]:
+    options = ", ".join(f"`{key}={value}`" for key, value in policy.task_options.items())
+    return [
+        "",
+        "## Long inputs",
+        "",
+        f"The model reads windows of at most {policy.max_length} sub-tokens (special tokens included) that "
+        f"overlap by {policy.stride}; an input is never truncated: {about.long_inputs}. The policy is saved "
+        "under `bert_tasks` in config.json, so bert-tasks predicts with the windows it trained with."
+        + (f" Task options: {options}." if options else ""),
+    ]
+
+
+def _limits_section(cfg: Config, about: TaskCard) -> list[str]:
+    base = (
+        f"The base model is {_BUNDLED_BASE}; domain knowledge (clinical, legal, other languages) comes only "
+        "from the fine-tuning data."
+        if is_bundled_default(cfg.model)
+        else f"The base model `{cfg.model}` brings its own domain and languages; read its card."
+    )
+    return [
+        "",
+        "## Intended use and limits",
+        "",
+        "- Intended for research and for text like the training data (see Data); measure it on your own "
+        "data before relying on it.",
+        f"- {base}",
+        "- Expect lower scores on text unlike the training data (another domain, time, language or "
+        "annotation guideline); the scores above hold for the splits they name only.",
+        *(f"- {limit}" for limit in about.limits),
+    ]
+
+
+def _usage_section(
+    task: str, directory: Path, policy: ModelPolicy, about: TaskCard, *, quantized: bool
+) -> list[str]:
+    where = str(directory)
+    lines = [
+        "",
+        "## How to use",
+        "",
+        f"With bert-tasks (windows of {policy.max_length} sub-tokens, as trained"
+        + (", quantized to int8 on load" if quantized else "")
+        + "):",
+        "",
+        "```bash",
+        f"bert-tasks predict {task} --model {where} {shlex.quote(about.example)}",
+        f"bert-tasks evaluate {task} --model {where} --data FILE",
+        "```",
+        "",
+        "```python",
+        "from bert_tasks import Predictor, load_finetuned",
+        "",
+        f"predictor = Predictor.from_pretrained({where!r})",
+        f"print(predictor.records([{about.example!r}]))",
+        f"loaded = load_finetuned({where!r})  # model, tokenizer, task and window policy",
+        "```",
+    ]
+    if about.pipeline_tag is None:
+        return [*lines, "", "No transformers pipeline runs this task."]
+    options = "".join(f", {key}={value!r}" for key, value in about.pipeline_options.items())
+    return [
+        *lines,
+        "",
+        "With vanilla transformers (no bert-tasks installed"
+        + (", fp32: the int8 quantization is bert-tasks'" if quantized else "")
+        + "):",
+        "",
+        "```python",
+        "from transformers import AutoTokenizer, pipeline",
+        "",
+        f"tokenizer = AutoTokenizer.from_pretrained({where!r}, model_max_length={policy.max_length})",
+        f"model = pipeline({about.pipeline_tag!r}, model={where!r}, tokenizer=tokenizer{options})",
+        f"print(model({about.example!r}))",
+        "```",
+    ]
+
+
+def _recipe_section(cfg: Config, directory: Path) -> list[str]:
+    return [
+        "",
+        "## Recipe",
+        "",
+        f"The resolved config (`recipe.yaml`); train again with `bert-tasks finetune {cfg.task} --recipe "
+        f"{directory / 'recipe.yaml'} output_dir=NEW_DIR`.",
+        "",
+        "```yaml",
+        yaml.safe_dump(cfg.to_dict(), sort_keys=False).strip(),
+        "```",
+    ]
+
+
+def _versions_section(versions: dict[str, str]) -> list[str]:
+    rows = [f"| {name} | {version} |" for name, version in versions.items()]
+    return ["", "## Versions", "", "| library | version |", "| --- | --- |", *rows]
+
+
+def _label_names(model_dir: Path) -> list[str]:
+    """config.json's label names in id order (`load_finetuned` has checked them)."""
+    id2label = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["id2label"]
+    return [name for _, name in sorted((int(key), name) for key, name in id2label.items())]
+
+
+def _demoted(lines: list[str]) -> list[str]:
+    """Markdown headings one level down (outside code blocks), so a quoted card nests under a heading."""
+    out, fenced = [], False
+    for line in lines:
+        if line.startswith("```"):
+            fenced = not fenced
+        out.append("#" + line if not fenced and line.startswith("#") else line)
+    return out
