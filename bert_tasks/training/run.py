@@ -451,7 +451,19 @@ class Run:
             if accelerator.is_main_process:
                 self._save_model(unwrapped, weights, metrics)
                 _log_summary(metrics, self.metric_name, self.output_dir)
-        accelerator.end_training()
+        self._release_processes()
+
+    def _release_processes(self) -> None:
+        """Drop the prepared objects, then end the process group while every process is still there.
+
+        DDP's reducer holds the process group: freed only when train() returned, after another process
+        had exited, gloo's destructor could wait forever for that peer (seen under load in
+        tests/test_distributed.py). Freed first, with a barrier behind it, nothing waits on a process gone.
+        """
+        self.model = self.optimizer = self.scheduler = self.train_batches = self.eval_batches = None
+        self.accelerator.free_memory()
+        self.accelerator.wait_for_everyone()
+        self.accelerator.end_training()
         return self.output_dir
 
     def _save_model(
