@@ -14,7 +14,6 @@ import logging
 import re
 from collections.abc import Sequence
 
-from bert_tasks.data.files import shown
 from bert_tasks.errors import BertTasksError
 
 logger = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ def column_indexes(text_column: str, label_column: str) -> tuple[int, int]:
             indexes.append(int(value))
         else:
             raise BertTasksError(
-                f"{key}={shown(value)} with header=false: a file without a header row has no column "
+                f"{key}={value!r} with header=false: a file without a header row has no column "
                 f"names; give a 0-based column index (e.g. {key}={default_index}), or set header=true"
             )
     return indexes[0], indexes[1]
@@ -105,7 +104,7 @@ def choose_columns(
         if len(candidates) != 1:
             return None
         chosen.append(candidates[0])
-        guessed.append(f"{key}={shown(candidates[0])}")
+        guessed.append(f"{key}={candidates[0]!r}")
     if guessed:
         logger.info(
             "%s: reading %s, the one column named like it (set text_column/label_column to choose others)",

@@ -338,7 +338,7 @@ def _check_label_column(path: Path, texts: list[str], labels: list[str], indexes
         if text_like
         else f"every text in column {text_at} is a number"
     )
-    example = shown((worded or labels)[0][:40])
+    example = repr((worded or labels)[0][:40])
     raise BertTasksError(
         f"{path}: label column {label_at} holds text, not labels ({why}, e.g. {example}); if the columns "
         f"are the other way round, set text_column={label_at} label_column={text_at}"
