@@ -138,7 +138,7 @@ class Task(ABC):
     def record(self, text: str, prediction: Any) -> dict[str, Any]:
         """One prediction as the JSON object `predict --json` prints for `text`."""
 
-    def label_studio_results(self, text: str, prediction: Any) -> tuple[list[dict[str, Any]], float]:
+    def label_studio_results(self, text: str, prediction: Any) -> tuple[list[dict[str, Any]], float | None]:
         """One prediction as Label Studio result items and the task's score (`predict --format label-studio`).
 
         Not abstract: a task without a Label Studio form says so in one line.

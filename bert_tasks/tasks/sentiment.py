@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bert_tasks.data.annotation_tools import TEXT_OBJECT
 from bert_tasks.data.text_classification import (
     FILE_FORMATS,
     read_hub_text_classification,
@@ -193,7 +194,7 @@ class SentimentTask(Task):
         """The predicted class as a `choices` result; the task's score is the class's probability."""
         result = {
             "from_name": self.label_studio_control,
-            "to_name": "text",
+            "to_name": TEXT_OBJECT,
             "type": "choices",
             "value": {"choices": [prediction["label"]]},
             "score": prediction["score"],
