@@ -250,30 +250,7 @@ def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]
     """
     if not isinstance(spans, list):
         raise BertTasksError(f"{where}: 'spans' must be a list of {{start, end, label}} objects")
-    checked = []
-    for number, span in enumerate(spans, start=1):
-        fields = span if isinstance(span, dict) else {}
-        start, end, label = fields.get("start"), fields.get("end"), fields.get("label")
-        for name, offset in (("start", start), ("end", end)):
-            if isinstance(offset, bool) or (offset is not None and not isinstance(offset, int)):
-                raise BertTasksError(
-                    f"{where}: span {number}: {name} is {describe(offset)}, not an integer character "
-                    "offset; fix the offsets"
-                )
-        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
-            raise BertTasksError(
-                f"{where}: span {span!r} needs integer start < end within the text (length {len(text)}); "
-                "fix the offsets"
-            )
-        if not isinstance(label, str) or not label or label.startswith(("B-", "I-")) or label == "O":
-            raise BertTasksError(
-                f"{where}: span label {label!r} must be an entity type such as 'Disease' (no B-/I- prefix)"
-            )
-        check_text(label, where, f"the label of span {number}")
-        if "text" in fields and fields["text"] != text[start:end]:
-            start, end = _utf16_offsets(where, text, fields["text"], start, end)
-        checked.append((start, end, label))
-    checked.sort()
+    checked = sorted(_check_span(where, number, text, span) for number, span in enumerate(spans, start=1))
     for (s1, e1, _), (s2, e2, _) in itertools.pairwise(checked):
         if s2 < e1:
             raise BertTasksError(
@@ -283,23 +260,50 @@ def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]
     return checked
 
 
-def _utf16_offsets(where: str, text: str, said: Any, start: int, end: int) -> tuple[int, int]:
-    """A span whose offsets miss its own text: the same offsets in UTF-16 code units, if they hit it.
+def _check_span(where: str, number: int, text: str, span: Any) -> tuple[int, int, str]:
+    """One span as (start, end, label), its offsets read as UTF-16 units where only they hit its text."""
+    fields = span if isinstance(span, dict) else {}
+    start, end, label = fields.get("start"), fields.get("end"), fields.get("label")
+    for name, offset in (("start", start), ("end", end)):
+        if isinstance(offset, bool) or (offset is not None and not isinstance(offset, int)):
+            raise BertTasksError(
+                f"{where}: span {number}: {name} is {describe(offset)}, not an integer character "
+                "offset; fix the offsets"
+            )
+    said = fields.get("text")
+    if isinstance(start, int) and isinstance(end, int) and "text" in fields and text[start:end] != said:
+        start, end = _utf16_offsets(text, said, start, end) or (start, end)
+    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
+        raise BertTasksError(
+            f"{where}: span {span!r} needs integer start < end within the text (length {len(text)}); "
+            "fix the offsets"
+        )
+    if "text" in fields and said != text[start:end]:
+        claimed = repr(said) if isinstance(said, str) else describe(said)
+        raise BertTasksError(
+            f"{where}: span [{start}, {end}) covers {text[start:end]!r} but says its text is {claimed}; "
+            "fix the offsets or the span's text"
+        )
+    if not isinstance(label, str) or not label or label.startswith(("B-", "I-")) or label == "O":
+        raise BertTasksError(
+            f"{where}: span label {label!r} must be an entity type such as 'Disease' (no B-/I- prefix)"
+        )
+    check_text(label, where, f"the label of span {number}")
+    return start, end, label
+
+
+def _utf16_offsets(text: str, said: Any, start: int, end: int) -> tuple[int, int] | None:
+    """A span that misses its own text: the same offsets read as UTF-16 code units, if they hit it.
 
     Browser-based annotation tools count in JavaScript's UTF-16 units, so every span after an emoji
-    (two units, one character) is shifted by one (label-studio#1347). Anything else is an error.
+    (two units, one character) is shifted by one (label-studio#1347); the span's text says where it is.
     """
     units = text.encode("utf-16-le")
-    if start * 2 <= len(units) and end * 2 <= len(units):
-        first = len(units[: start * 2].decode("utf-16-le", errors="ignore"))
-        last = len(units[: end * 2].decode("utf-16-le", errors="ignore"))
-        if text[first:last] == said:
-            return first, last
-    claimed = repr(said) if isinstance(said, str) else describe(said)
-    raise BertTasksError(
-        f"{where}: span [{start}, {end}) covers {text[start:end]!r} but says its text is {claimed}; "
-        "fix the offsets or the span's text"
-    )
+    if not 0 <= start < end <= len(units) // 2:
+        return None
+    first = len(units[: start * 2].decode("utf-16-le", errors="ignore"))
+    last = len(units[: end * 2].decode("utf-16-le", errors="ignore"))
+    return (first, last) if text[first:last] == said else None
 
 
 def spans_to_tags(
