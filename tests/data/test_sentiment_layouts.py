@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -205,3 +206,29 @@ def test_an_unknown_format_is_one_line_before_anything_is_read() -> None:
         "bad config: format='xlsx', must be one of auto, csv, tsv, json for sentiment data "
         "(on the command line)"
     )
+
+
+@pytest.mark.parametrize(
+    ("files", "keys"),
+    [
+        (("sent_glue.tsv", "sentence\tlabel\n{rows}"), []),  # GLUE style: no column keys at all
+        (("train.txt", "{rows}"), ["header=false"]),  # headerless text<TAB>label, .txt
+    ],
+)
+def test_the_cli_trains_on_these_layouts_with_no_column_keys(
+    tiny_model: Path,
+    tmp_path: Path,
+    single_thread: None,
+    capsys: pytest.CaptureFixture[str],
+    files: tuple[str, str],
+    keys: list[str],
+) -> None:
+    from bert_tasks.cli import main
+    from tests.helpers import fast_overrides
+
+    rows = "".join(f"{text}\t{label}\n" for text, label in [("a fine film", 1), ("dull and long", 0)] * 4)
+    path = write_file(tmp_path, files[0], files[1].format(rows=rows))
+    out = tmp_path / "run"
+    argv = fast_overrides("sentiment", tiny_model, out, train_file=path, validation_file=path)
+    assert main(["--quiet", "finetune", "sentiment", *argv, *keys]) == 0
+    assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "0", "1": "1"}
