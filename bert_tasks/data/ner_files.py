@@ -430,11 +430,11 @@ def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
         return spans_dataset(path, _jsonl_span_examples(path, text, cfg.text_column))
     from bert_tasks.data import annotation_tools  # the two tools' formats: only their files need them
 
-    if fmt == "label-studio":
-        return spans_dataset(path, annotation_tools.label_studio_examples(path, text, cfg.text_column))
-    if fmt == "doccano":
-        return spans_dataset(path, annotation_tools.doccano_examples(path, text, cfg.text_column))
-    raise BertTasksError(f"format={fmt!r} is not a NER format; use one of {', '.join(FILE_FORMATS)}")
+    examples = {
+        "label-studio": annotation_tools.label_studio_examples,
+        "doccano": annotation_tools.doccano_examples,
+    }
+    return spans_dataset(path, examples[fmt](path, text, cfg.text_column))  # fmt: checked by Config
 
 
 def _format_of_suffix(path: Path) -> str:
