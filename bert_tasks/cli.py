@@ -33,6 +33,8 @@ from bert_tasks.tasks import task_names
 
 #: Pickle-based weights (pytorch_model.bin) can run arbitrary code when loaded: only on request.
 ALLOW_PICKLE_HELP = "also load pickle-based pytorch_model.bin weights (only from a source you trust)"
+#: What `bert-tasks predict --format` writes.
+PREDICTION_FORMATS = ("text", "json", "label-studio")
 #: What `bert-tasks memory --dtype` takes (bert_tasks.insight.memory.DTYPES maps them to torch dtypes).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
 
@@ -155,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         "--file", help="texts to label: one per line, or JSONL with a 'text' field; - reads standard input"
     )
     predict.add_argument("--json", action="store_true", help="one JSON object per text, for programs")
+    predict.add_argument(
+        "--format",
+        choices=PREDICTION_FORMATS,
+        help="text (for people, the default), json (= --json), or label-studio: one JSON array of Label "
+        "Studio tasks pre-annotated with the predictions, to import into a project",
+    )
     predict.add_argument("--batch-size", type=int, default=64)
     predict.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
     predict.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
@@ -264,6 +272,9 @@ def _predict(args: argparse.Namespace) -> None:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
     if args.batch_size < 1:
         raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.json and args.format not in (None, "json"):
+        raise BertTasksError(f"--json and --format {args.format} ask for two outputs; give one of them")
+    output = args.format or ("json" if args.json else "text")
     model_dir = _model_dir(args)
     read_policy(model_dir, args.task)  # a wrong or damaged model dir is answered before torch loads
     from bert_tasks.inference.predictor import Predictor
@@ -271,8 +282,11 @@ def _predict(args: argparse.Namespace) -> None:
     predictor = Predictor(
         model_dir, batch_size=args.batch_size, quantize=args.quantize, allow_pickle=args.allow_pickle
     )
+    if output == "label-studio":
+        print(json.dumps(predictor.label_studio_tasks(texts), ensure_ascii=False, indent=2))
+        return
     predictions = predictor.predict(texts)
-    if args.json:
+    if output == "json":
         for text, prediction in zip(texts, predictions, strict=True):
             print(json.dumps(predictor.task.record(text, prediction), ensure_ascii=False))
     else:

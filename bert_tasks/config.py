@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import task_class, task_names
 
@@ -70,9 +71,20 @@ class Config:
     )
     test_file: str | None = _key(None, "held-out file, scored once at the end with the best weights")
     text_column: str = _key(
-        "text", "sentiment: the text column (CSV/TSV header or JSON key); NER: the JSON text field"
+        DEFAULT_TEXT,
+        "sentiment: the text column (header name, JSON key, or 0-based index with header=false); "
+        "NER: the JSON text field (Label Studio: the task's data field)",
     )
-    label_column: str = _key("label", "sentiment: the label column")
+    label_column: str = _key(
+        DEFAULT_LABEL,
+        "sentiment: the label column (header name, JSON key, or 0-based index with header=false)",
+    )
+    header: bool = _key(
+        True, "sentiment: CSV/TSV/TXT files open with a header row; false = columns are 0-based indexes"
+    )
+    format: str = _key(
+        "auto", "how data files are read: auto (by extension, and JSON by its fields) or a format by name"
+    )
     tokens_column: str = _key("tokens", "NER: the JSON field (or hub column) holding the words")
     tag_column: str = _key("tags", "NER: the JSON field (or hub column) holding the BIO tags")
     conll_tag_index: int = _key(-1, "NER: which whitespace column of a CoNLL file holds the tag")
@@ -482,7 +494,9 @@ def _validate(cfg: Config) -> None:
     One table: every float key must be finite, every string key non-blank, and every int key lies within
     bounds the library can take (`_INT_KEYS` all appear below; tests/test_config_edges.py checks it).
     """
-    metrics = task_class(cfg.task).metric_names if cfg.task in task_names() else ()
+    known = cfg.task in task_names()
+    metrics = task_class(cfg.task).metric_names if known else ()
+    formats = task_class(cfg.task).file_formats if known else ("auto",)
     value = cfg.__dict__.get
     checks = [
         *(
@@ -535,6 +549,7 @@ def _validate(cfg: Config) -> None:
             "must be non-empty and distinct",
         ),
         ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"must be one of {', '.join(metrics)}"),
+        ("format", cfg.format in formats, f"must be one of {', '.join(formats)} for {cfg.task} data"),
     ]
     for key, ok, rule in checks:
         if not ok:

@@ -53,6 +53,8 @@ def probe(argv: list[str], cwd: Path) -> dict[str, object]:
         (["finetune", "sentiment", "--recipe", "missing.yaml"], 1, "recipe not found"),
         (["finetune", "sentiment", "train_file=missing.csv"], 1, "missing.csv: file not found"),
         (["finetune", "sentiment", "train_file=bad.csv"], 1, "bad.csv:1: header has columns"),
+        (["finetune", "sentiment", "train_file=bad.csv", "header=false", "text_column=x"], 1, "header=false"),
+        (["finetune", "ner", "train_file=bad.csv", "format=brat"], 1, "format='brat', must be one of auto"),
         (["predict", "ner", "--model", "nowhere/at/all", "a text"], 1, "no such directory"),
         (["predict", "ner", "a text"], 1, "no model at runs/ner (the default --model); train one with"),
         (["evaluate", "ner", "--model", "nowhere/at/all", "--data", "bad.csv"], 1, "no such directory"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: What `format=` names for NER files; `auto` reads by extension, and JSON by its first record's fields.
+FILE_FORMATS = ("auto", "conll", "jsonl-tokens", "jsonl-spans", "label-studio", "doccano")
 COLUMN_SUFFIXES = (".conll", ".txt", ".tsv", ".iob")
 JSON_SUFFIXES = (".jsonl", ".json")
 DOCSTART = "-DOCSTART-"
@@ -240,31 +242,15 @@ def _token_dataset(tokens: list[list[str]], tags: list[list[str]]) -> Dataset:
 
 
 def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]]:
-    """Validate `[{"start","end","label"}]` and return them sorted; overlapping spans are an error."""
+    """Validate `[{"start", "end", "label"[, "text"]}]` and return them sorted; overlaps are an error.
+
+    The one span check of every span format (JSONL spans, Label Studio, doccano): integer offsets in
+    range, an entity type for a label, the span's own `text` (where the format keeps one) equal to
+    `text[start:end]`, and no overlaps.
+    """
     if not isinstance(spans, list):
         raise BertTasksError(f"{where}: 'spans' must be a list of {{start, end, label}} objects")
-    checked = []
-    for number, span in enumerate(spans, start=1):
-        fields = span if isinstance(span, dict) else {}
-        start, end, label = fields.get("start"), fields.get("end"), fields.get("label")
-        for name, offset in (("start", start), ("end", end)):
-            if isinstance(offset, bool) or (offset is not None and not isinstance(offset, int)):
-                raise BertTasksError(
-                    f"{where}: span {number}: {name} is {describe(offset)}, not an integer character "
-                    "offset; fix the offsets"
-                )
-        if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
-            raise BertTasksError(
-                f"{where}: span {span!r} needs integer start < end within the text (length {len(text)}); "
-                "fix the offsets"
-            )
-        if not isinstance(label, str) or not label or label.startswith(("B-", "I-")) or label == "O":
-            raise BertTasksError(
-                f"{where}: span label {label!r} must be an entity type such as 'Disease' (no B-/I- prefix)"
-            )
-        check_text(label, where, f"the label of span {number}")
-        checked.append((start, end, label))
-    checked.sort()
+    checked = sorted(_check_span(where, number, text, span) for number, span in enumerate(spans, start=1))
     for (s1, e1, _), (s2, e2, _) in itertools.pairwise(checked):
         if s2 < e1:
             raise BertTasksError(
@@ -272,6 +258,52 @@ def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]
                 "keep one of them (nested entities are not supported)"
             )
     return checked
+
+
+def _check_span(where: str, number: int, text: str, span: Any) -> tuple[int, int, str]:
+    """One span as (start, end, label), its offsets read as UTF-16 units where only they hit its text."""
+    fields = span if isinstance(span, dict) else {}
+    start, end, label = fields.get("start"), fields.get("end"), fields.get("label")
+    for name, offset in (("start", start), ("end", end)):
+        if isinstance(offset, bool) or (offset is not None and not isinstance(offset, int)):
+            raise BertTasksError(
+                f"{where}: span {number}: {name} is {describe(offset)}, not an integer character "
+                "offset; fix the offsets"
+            )
+    said = fields.get("text")
+    if isinstance(start, int) and isinstance(end, int) and "text" in fields and text[start:end] != said:
+        start, end = _utf16_offsets(text, said, start, end) or (start, end)
+    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(text)):
+        raise BertTasksError(
+            f"{where}: span {span!r} needs integer start < end within the text (length {len(text)}); "
+            "fix the offsets"
+        )
+    if "text" in fields and said != text[start:end]:
+        claimed = repr(said) if isinstance(said, str) else describe(said)
+        raise BertTasksError(
+            f"{where}: span [{start}, {end}) covers {text[start:end]!r} but says its text is {claimed}; "
+            "fix the offsets or the span's text"
+        )
+    if not isinstance(label, str) or not label or label.startswith(("B-", "I-")) or label == "O":
+        raise BertTasksError(
+            f"{where}: span label {label!r} must be an entity type such as 'Disease' (no B-/I- prefix)"
+        )
+    check_text(label, where, f"the label of span {number}")
+    return start, end, label
+
+
+def _utf16_offsets(text: str, said: Any, start: int, end: int) -> tuple[int, int] | None:
+    """A span that misses its own text: the same offsets read as UTF-16 code units, if they hit it.
+
+    Browser-based annotation tools count in JavaScript's UTF-16 units, so every span after an emoji
+    (two units, one character) is shifted by one (label-studio#1347); the span's text says where it is.
+    """
+    units = text.encode("utf-16-le")
+    if not 0 <= start < end <= len(units) // 2:
+        return None
+    first = len(units[: start * 2].decode("utf-16-le", errors="ignore"))
+    last = len(units[: end * 2].decode("utf-16-le", errors="ignore"))
+    return (first, last) if text[first:last] == said else None
 
 
 def spans_to_tags(
@@ -307,20 +339,34 @@ def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
     one warning; overlapping spans are an error.
     """
     path = Path(path)
-    return _jsonl_spans_dataset(path, read_utf8(path), text_column)
+    return spans_dataset(path, _jsonl_span_examples(path, read_utf8(path), text_column))
 
 
-def _jsonl_spans_dataset(path: Path, raw: str, text_column: str) -> Dataset:
+#: One text with its character spans, as a span format gives them: (`file:line`, text, spans).
+SpanExample = tuple[str, str, Any]
+
+
+def _jsonl_span_examples(path: Path, raw: str, text_column: str) -> Iterator[SpanExample]:
+    for where, record in json_records(path, raw):
+        yield where, span_text(where, record.get(text_column), text_column), record.get("spans", [])
+
+
+def span_text(where: str, text: Any, field: str) -> str:
+    """The text a span format annotates, which must be a string."""
+    if not isinstance(text, str):
+        raise BertTasksError(f"{where}: field {field!r} must be a string; fix the record or set text_column")
+    return check_text(text, where, f"the text in {field!r}")
+
+
+def spans_dataset(path: Path, examples: Iterable[SpanExample]) -> Dataset:
+    """Texts with character spans (any span format) -> words, BIO tags, texts and word offsets.
+
+    Every span passes `_check_spans`; spans that cut a word are listed in one warning.
+    """
     columns: dict[str, list] = {"tokens": [], "tags": [], "text": [], "word_offsets": []}
     cut_reports: list[str] = []
-    for where, record in json_records(path, raw):
-        text = record.get(text_column)
-        if not isinstance(text, str):
-            raise BertTasksError(
-                f"{where}: field {text_column!r} must be a string; fix the record or set text_column"
-            )
-        check_text(text, where, f"the text in {text_column!r}")
-        spans = _check_spans(where, text, record.get("spans", []))
+    for where, text, raw_spans in examples:
+        spans = _check_spans(where, text, raw_spans)
         words, offsets = words_with_offsets(text)
         tags, cutting = spans_to_tags(offsets, spans)
         cut_reports += [f"{where} {text[s:e]!r}" for s, e, _ in cutting]
@@ -328,6 +374,8 @@ def _jsonl_spans_dataset(path: Path, raw: str, text_column: str) -> Dataset:
         columns["tags"].append(tags)
         columns["text"].append(text)
         columns["word_offsets"].append([list(o) for o in offsets])
+    if not columns["text"]:
+        raise BertTasksError(f"{path}: no records found; give at least one annotated text")
     if cut_reports:
         logger.warning(
             "%s: %d span(s) do not fall on word boundaries; whole words were tagged instead: %s%s",
@@ -368,25 +416,63 @@ def read_hub_ner(
 
 
 def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
-    """Pick the reader from the extension (and, for JSON, from the fields of the first record)."""
+    """Read one NER file in `cfg.format`; `auto` picks by extension, and JSON by its first record's fields."""
     path = Path(path)
+    fmt = cfg.format if cfg.format != "auto" else _format_of_suffix(path)
+    if fmt == "conll":
+        return read_conll(path, cfg.conll_tag_index)
+    text = read_utf8(path)  # read once and parsed here: a FIFO or `<(...)` can be read only once
+    if fmt == "json":
+        fmt = _format_of_record(path, text, cfg)
+    if fmt == "jsonl-tokens":
+        return _jsonl_tokens_dataset(path, text, cfg.tokens_column, cfg.tag_column)
+    if fmt == "jsonl-spans":
+        return spans_dataset(path, _jsonl_span_examples(path, text, cfg.text_column))
+    from bert_tasks.data import annotation_tools  # the two tools' formats: only their files need them
+
+    examples = {
+        "label-studio": annotation_tools.label_studio_examples,
+        "doccano": annotation_tools.doccano_examples,
+    }
+    return spans_dataset(path, examples[fmt](path, text, cfg.text_column))  # fmt: checked by Config
+
+
+def _format_of_suffix(path: Path) -> str:
+    """`conll` or `json` (decided by content) from the extension, or a one-line error."""
     suffix = path.suffix.lower()
     if suffix in COLUMN_SUFFIXES:
-        return read_conll(path, cfg.conll_tag_index)
-    if suffix not in JSON_SUFFIXES:
-        raise BertTasksError(
-            f"{path}: unknown NER file type {suffix!r}; use {', '.join(COLUMN_SUFFIXES + JSON_SUFFIXES)}"
-        )
-    text = read_utf8(path)
+        return "conll"
+    if suffix in JSON_SUFFIXES:
+        return "json"
+    raise BertTasksError(
+        f"{path}: unknown NER file type {suffix!r}; use {', '.join(COLUMN_SUFFIXES + JSON_SUFFIXES)}, or "
+        "name the format (e.g. format=conll)"
+    )
+
+
+def _format_of_record(path: Path, text: str, cfg: Config) -> str:
+    """The JSON format the first record's fields show, when exactly one format fits them."""
+    from bert_tasks.data.annotation_tools import is_doccano, is_label_studio
+
     _, first = next(json_records(path, text), (None, None))
     if first is None:
         raise BertTasksError(f"{path}: no records found; give at least one JSON object")
-    # The text read here is parsed, not the path read again: a FIFO or `<(...)` can be read only once.
-    if cfg.tokens_column in first:
-        return _jsonl_tokens_dataset(path, text, cfg.tokens_column, cfg.tag_column)
-    if cfg.text_column in first and "spans" in first:
-        return _jsonl_spans_dataset(path, text, cfg.text_column)
+    fits = {
+        "jsonl-tokens": cfg.tokens_column in first,
+        "jsonl-spans": cfg.text_column in first and "spans" in first,
+        "label-studio": is_label_studio(first),
+        "doccano": is_doccano(first, cfg.text_column),
+    }
+    found = [fmt for fmt, fit in fits.items() if fit]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise BertTasksError(
+            f"{path}: the first record fits more than one NER format ({', '.join(found)}); "
+            f"name it with format={found[0]} (or another)"
+        )
     raise BertTasksError(
         f"{path}: first record has fields {sorted(first)}; NER JSON needs {cfg.tokens_column!r} + "
-        f"{cfg.tag_column!r}, or {cfg.text_column!r} + 'spans'; set tokens_column/tag_column/text_column"
+        f"{cfg.tag_column!r}, or {cfg.text_column!r} + 'spans', or a Label Studio or doccano export; "
+        "set tokens_column/tag_column/text_column, or format="
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import logging
 import re
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT, choose_columns, column_indexes, positions
 from bert_tasks.data.files import check_text, describe, is_blank, json_records, read_utf8, shown
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
@@ -26,52 +28,85 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FORMATS = (".csv", ".tsv", ".jsonl", ".json")
+#: The file formats `format=` names for sentiment, and which one each extension means under `auto`.
+FILE_FORMATS = ("auto", "csv", "tsv", "json")
+SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "json", ".json": "json"}
+_DELIMITERS = {"csv": ",", "tsv": "\t"}
+
+#: (`file:line`, text value, label value) of one row, as the file holds them.
+Row = tuple[str, Any, Any]
 
 
-def read_text_classification(path: str | Path, text_column: str, label_column: str) -> Dataset:
+def read_text_classification(
+    path: str | Path,
+    text_column: str = DEFAULT_TEXT,
+    label_column: str = DEFAULT_LABEL,
+    *,
+    header: bool = True,
+    file_format: str = "auto",
+) -> Dataset:
     """Read a local file of labelled texts into a Dataset with string columns `text` and `label`.
 
-    `.csv` uses standard CSV quoting; `.tsv` is GLUE style (header row, tab-separated, no quoting, so a
-    `"` inside a sentence is just a character); `.jsonl` is one object per line; `.json` is either a JSON
-    array of objects or JSON Lines (what `Dataset.to_json` writes). Numeric labels become their integer
-    spelling ("1", "1.0", "01" and the JSON number 1.0 are all "1"); other labels are stripped strings.
-    Label spellings that differ only by case or surrounding characters (`Positive`/`positive`) stay
-    separate classes, with one warning listing them.
+    `csv` uses standard CSV quoting; `tsv` (`.tsv`, `.txt`) is GLUE style (tab-separated, no quoting, so
+    a `"` inside a sentence is just a character); `json` (`.jsonl`, `.json`) is JSON Lines or a JSON array
+    of objects. `format` other than `auto` reads any extension as that format. CSV/TSV files open with a
+    header row unless `header=False`; then the columns are 0-based indexes (data/columns.py has the rule,
+    and the guess of a column left at its default name). Labels are normalised by `_label`; spellings
+    that `_label` reads as one label (`1`/`1.0`, `True`/`true`) get one warning, and spellings that differ
+    only by case or surrounding characters (`Positive`/`positive`) stay separate classes with another.
 
     Raises:
-        BertTasksError: Unreadable, empty or non-UTF-8 file, a missing column, a row with empty (or
-            invisible) text, a NUL or lone surrogate, a missing, boolean or non-integer numeric label, a
-            CSV quote left open over following rows, or malformed JSON, each naming `file:line`.
+        BertTasksError: Unreadable, empty or non-UTF-8 file, a missing column, a column index out of range,
+            a headerless file whose label column holds text, a row with empty (or invisible) text, a NUL or
+            lone surrogate, a missing or non-integer numeric label, a CSV quote left open over following
+            rows, or malformed JSON, each naming `file:line`.
     """
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in FORMATS:  # before reading: a pipe with no usable name is not read for nothing
-        kind = f"'{suffix}'" if suffix else "(no extension)"
-        raise BertTasksError(f"{path}: unsupported file type {kind}; use one of {', '.join(FORMATS)}")
+    kind = _kind(path, file_format)  # before reading: a pipe with no usable name is not read for nothing
+    indexes = column_indexes(text_column, label_column) if not header and kind != "json" else None
     content = read_utf8(path)
-    if suffix in (".csv", ".tsv"):
-        delimiter = "\t" if suffix == ".tsv" else ","
-        rows = _delimited_rows(path, content, delimiter, required=(text_column, label_column))
+    if kind == "json":
+        names, rows = _json_rows(path, content, text_column, label_column)
+    elif indexes is None:
+        names, rows = _header_rows(path, content, _DELIMITERS[kind], text_column, label_column)
     else:
-        rows = json_records(path, content)
-
-    texts, labels = [], []
-    for where, row in rows:
-        if text_column not in row or label_column not in row:
-            raise BertTasksError(
-                f"{where}: expected columns text_column='{text_column}' and label_column='{label_column}', "
-                f"found {', '.join(map(shown, row)) or 'none'}; "
-                "set text_column/label_column to match the file"
-            )
-        texts.append(_text(row[text_column], where, text_column))
-        labels.append(_label(row[label_column], where, label_column))
+        names, rows = (
+            (str(indexes[0]), str(indexes[1])),
+            _headerless_rows(path, content, _DELIMITERS[kind], indexes),
+        )
+    text_name, label_name = names
+    texts, labels, spellings = [], [], Counter()
+    for where, text, label in rows:
+        texts.append(_text(text, where, text_name))
+        labels.append(_label(label, where, label_name))
+        spellings[labels[-1], _spelling(label)] += 1
     if not texts:
         raise BertTasksError(f"{path}: no rows found; the file needs at least one labelled example")
+    if indexes is not None:
+        _check_label_column(path, texts, labels, indexes)
+    _warn_merged_spellings(path, spellings)
     _warn_near_duplicate_labels(path, labels)
     from datasets import Dataset  # deferred: every row is checked before the library loads
 
     return Dataset.from_dict({"text": texts, "label": labels})
+
+
+def _kind(path: Path, file_format: str) -> str:
+    """`csv`, `tsv` or `json`: `file_format` when given, else the extension's."""
+    if file_format != "auto":
+        if file_format not in FILE_FORMATS:
+            raise BertTasksError(
+                f"format={shown(file_format)} is not a sentiment format; use one of {', '.join(FILE_FORMATS)}"
+            )
+        return file_format
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIX_FORMATS:
+        found = f"'{suffix}'" if suffix else "(no extension)"
+        raise BertTasksError(
+            f"{path}: unsupported file type {found}; use one of {', '.join(SUFFIX_FORMATS)}, or name the "
+            "format (format=csv, tsv or json)"
+        )
+    return SUFFIX_FORMATS[suffix]
 
 
 def read_hub_text_classification(
@@ -100,20 +135,56 @@ def read_hub_text_classification(
     return Dataset.from_dict({"text": list(ds[text_column]), "label": [str(n) for n in names]})
 
 
-def _delimited_rows(
-    path: Path, content: str, delimiter: str, required: tuple[str, str]
-) -> Iterator[tuple[str, dict[str, str]]]:
-    """Yield (`file:line`, row) for each data row; the line is where the row starts in the file."""
+def _header_rows(
+    path: Path, content: str, delimiter: str, text_column: str, label_column: str
+) -> tuple[tuple[str, str], Iterator[Row]]:
+    """The (text, label) column names, and each data row's values, of a file with a header row."""
+    lines = _delimited_lines(path, content, delimiter)
+    line, header = next(lines, (1, []))
+    header = [name.strip() for name in header]
+    names = choose_columns(f"{path}", header, text_column, label_column)
+    if names is None:
+        raise BertTasksError(
+            f"{path}:{line}: header has columns {', '.join(map(shown, header))}, expected "
+            f"text_column='{text_column}' and label_column='{label_column}'; "
+            "set text_column/label_column to match the file (or header=false if it has no header row)"
+        )
+    text_at, label_at = header.index(names[0]), header.index(names[1])
+
+    def rows() -> Iterator[Row]:
+        for start, fields in lines:
+            _check_width(path, start, fields, len(header), delimiter, f" ({', '.join(header)})")
+            yield f"{path}:{start}", fields[text_at], fields[label_at]
+
+    return names, rows()
+
+
+def _headerless_rows(path: Path, content: str, delimiter: str, indexes: tuple[int, int]) -> Iterator[Row]:
+    """Each row's values at the two column indexes; every row has as many columns as the first."""
+    width = 0
+    for start, fields in _delimited_lines(path, content, delimiter):
+        if not width:
+            width = len(fields)
+            text_at, label_at = positions(indexes, width, f"{path}:{start}", _KIND[delimiter])
+        _check_width(path, start, fields, width, delimiter, " (as on the first row; header=false)")
+        yield f"{path}:{start}", fields[text_at], fields[label_at]
+
+
+_KIND = {"\t": "tab", ",": "comma"}
+
+
+def _check_width(path: Path, line: int, fields: list[str], width: int, delimiter: str, which: str) -> None:
+    if len(fields) != width:
+        raise BertTasksError(
+            f"{path}:{line}: expected {width} {_KIND[delimiter]}-separated columns{which}, "
+            f"found {len(fields)}; fix the row"
+        )
+
+
+def _delimited_lines(path: Path, content: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """Yield (line, fields) for each non-blank row, header included; the line is where the row starts."""
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(content, newline=""), delimiter=delimiter, quoting=quoting)
-    header = [name.strip() for name in next(reader)]
-    if any(name not in header for name in required):
-        raise BertTasksError(
-            f"{path}:1: header has columns {', '.join(map(shown, header))}, expected "
-            f"text_column='{required[0]}' and label_column='{required[1]}'; "
-            "set text_column/label_column to match the file"
-        )
-    kind = "tab" if delimiter == "\t" else "comma"
     line_end = reader.line_num
     try:
         for fields in reader:
@@ -121,16 +192,37 @@ def _delimited_rows(
             if not fields:  # a blank line
                 continue
             _check_quotes_closed(path, start, fields, delimiter)
-            if len(fields) != len(header):
-                raise BertTasksError(
-                    f"{path}:{start}: expected {len(header)} {kind}-separated columns ({', '.join(header)}), "
-                    f"found {len(fields)}; fix the row"
-                )
-            yield f"{path}:{start}", dict(zip(header, fields, strict=True))
+            yield start, fields
     except csv.Error as e:
         if "field larger than field limit" in str(e):  # a quote left open swallowed the rest of the file
             raise BertTasksError(_open_quote(f"{path}:{line_end + 1}")) from None
         raise BertTasksError(f"{path}:{reader.line_num}: {e}; fix the row") from e
+
+
+def _json_rows(
+    path: Path, content: str, text_column: str, label_column: str
+) -> tuple[tuple[str, str], Iterator[Row]]:
+    """The (text, label) keys, chosen from the first record's, and each record's values under them."""
+    records = json_records(path, content)
+    first = next(records, None)
+    if first is None:
+        return (text_column, label_column), iter(())
+    names = choose_columns(str(path), list(first[1]), text_column, label_column) or (
+        text_column,
+        label_column,
+    )
+
+    def rows() -> Iterator[Row]:
+        for where, record in itertools.chain([first], records):
+            if names[0] not in record or names[1] not in record:
+                raise BertTasksError(
+                    f"{where}: expected columns text_column='{names[0]}' and label_column='{names[1]}', "
+                    f"found {', '.join(map(shown, record)) or 'none'}; "
+                    "set text_column/label_column to match the file"
+                )
+            yield where, record[names[0]], record[names[1]]
+
+    return names, rows()
 
 
 def _open_quote(where: str) -> str:
@@ -170,13 +262,15 @@ _LINE_BREAK = re.compile("\r\n|\r|\n")
 _INTEGER_LABEL = re.compile(r"[+-]?[0-9]+(?:\.0*)?", re.ASCII)
 
 
+#: Boolean spellings, read as the labels `true` and `false` (JSON's spelling) whatever their case.
+_BOOLEANS = {"true": "true", "false": "false"}
+
+
 def _label(value: Any, where: str, column: str) -> str:
-    """The label as a class name: strings stripped, integer spellings normalised ("01", "1.0", 1.0 -> "1")."""
+    """The label as a class name: strings stripped, integer spellings normalised ("01", "1.0", 1.0 -> "1"),
+    booleans spelled as JSON spells them (true, "True", "TRUE" -> "true")."""
     if isinstance(value, bool):
-        raise BertTasksError(
-            f"{where}: label {json.dumps(value)} (a boolean) in column '{column}' is not a class name; "
-            "write labels as strings or integers"
-        )
+        return json.dumps(value)
     if isinstance(value, float):
         if not value.is_integer():
             raise BertTasksError(
@@ -194,7 +288,61 @@ def _label(value: Any, where: str, column: str) -> str:
     if not isinstance(value, str) or is_blank(value):
         raise BertTasksError(f"{where}: missing label in column '{column}'; give every row a label")
     label = check_text(value.strip(), where, f"the label in column '{column}'")
-    return str(int(label.split(".")[0])) if _INTEGER_LABEL.fullmatch(label) else label
+    if _INTEGER_LABEL.fullmatch(label):
+        return str(int(label.split(".")[0]))
+    return _BOOLEANS.get(label.casefold(), label)
+
+
+def _spelling(value: Any) -> str:
+    """How the file spells a label: a string as written (stripped), a JSON number or boolean as JSON does."""
+    return value.strip() if isinstance(value, str) else json.dumps(value)
+
+
+def _warn_merged_spellings(path: Path, spellings: Counter[tuple[str, str]]) -> None:
+    """One warning when a label is spelled two ways that `_label` reads as one (`1` and `1.0`)."""
+    ways: dict[str, list[str]] = {}
+    for label, spelling in spellings:
+        ways.setdefault(label, []).append(spelling)
+    merged = {label: sorted(found) for label, found in ways.items() if len(found) > 1}
+    if merged:
+        listed = "; ".join(
+            " and ".join(f"{shown(s)} ({spellings[label, s]})" for s in found) + f" as {label!r}"
+            for label, found in sorted(merged.items())
+        )
+        logger.warning(
+            "%s: label spellings read as one label: %s; if they are different classes, name them apart",
+            path,
+            listed,
+        )
+
+
+#: A headerless label column holds text when most of its values are several words and most differ.
+_TEXT_LIKE_SHARE = 0.5
+
+
+def _check_label_column(path: Path, texts: list[str], labels: list[str], indexes: tuple[int, int]) -> None:
+    """Refuse a headerless file read with its columns the wrong way round (e.g. `label<TAB>text`).
+
+    The signs, neither of which a real label column shows: most labels are several words and most are
+    different, or every text is a number while the labels are not.
+    """
+    worded = [label for label in labels if len(label.split()) > 1]
+    distinct = len(set(labels))
+    text_like = len(worded) > len(labels) * _TEXT_LIKE_SHARE and distinct > len(labels) * _TEXT_LIKE_SHARE
+    numbers = all(_INTEGER_LABEL.fullmatch(text.strip()) for text in texts)
+    if not text_like and not (numbers and not all(_INTEGER_LABEL.fullmatch(label) for label in labels)):
+        return
+    text_at, label_at = indexes
+    why = (
+        f"{len(worded)} of {len(labels)} labels are several words, {distinct} different"
+        if text_like
+        else f"every text in column {text_at} is a number"
+    )
+    example = repr((worded or labels)[0][:40])
+    raise BertTasksError(
+        f"{path}: label column {label_at} holds text, not labels ({why}, e.g. {example}); if the columns "
+        f"are the other way round, set text_column={label_at} label_column={text_at}"
+    )
 
 
 def _warn_near_duplicate_labels(path: Path, labels: list[str]) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bert_tasks.data.annotation_tools import label_studio_tasks
 from bert_tasks.data.batching import eval_loader
 from bert_tasks.data.files import check_text, is_blank
 from bert_tasks.errors import BertTasksError
@@ -50,6 +51,8 @@ class Predictor:
                 f"{quantize} quantization runs with fp32 activations; drop mixed_precision=bf16"
             )
         loaded = load_finetuned(model_dir, self.expected_task, allow_pickle=allow_pickle)
+        #: What Label Studio shows as the predictions' model version: the model dir's name.
+        self.model_version = Path(model_dir).resolve().name
         self.model, self.tokenizer, self.task = loaded.model, loaded.tokenizer, loaded.task
         self.policy, self.id2label = loaded.policy, loaded.id2label
         quantize = quantize or self.policy.quantize
@@ -81,6 +84,12 @@ class Predictor:
         """One JSON-ready record per text, as `bert-tasks predict --json` prints them."""
         texts = list(texts)
         return [self.task.record(t, p) for t, p in zip(texts, self.predict(texts), strict=True)]
+
+    def label_studio_tasks(self, texts: Sequence[str]) -> list[dict[str, Any]]:
+        """The texts as Label Studio tasks pre-annotated with this model's predictions (one JSON array,
+        as `bert-tasks predict --format label-studio` prints it, imports into a Label Studio project)."""
+        texts = list(texts)
+        return label_studio_tasks(self.task, texts, self.predict(texts), self.model_version)
 
     def evaluate(self, raw: Dataset) -> dict[str, Any]:
         """Score labelled raw data (as a task's reader returns it) with the task's metrics."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bert_tasks.errors import BertTasksError
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -66,6 +68,8 @@ class Task(ABC):
     #: The metric `metric_for_best` defaults to, and every scalar metric it may name (larger is better).
     default_metric: ClassVar[str]
     metric_names: ClassVar[tuple[str, ...]]
+    #: What `format=` may name for this task's data files; "auto" (first) decides by extension and content.
+    file_formats: ClassVar[tuple[str, ...]] = ("auto",)
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -153,6 +157,13 @@ class Task(ABC):
     @abstractmethod
     def record(self, text: str, prediction: Any) -> dict[str, Any]:
         """One prediction as the JSON object `predict --json` prints for `text`."""
+
+    def label_studio_results(self, text: str, prediction: Any) -> tuple[list[dict[str, Any]], float | None]:
+        """One prediction as Label Studio result items and the task's score (`predict --format label-studio`).
+
+        Not abstract: a task without a Label Studio form says so in one line.
+        """
+        raise BertTasksError(f"{self.name} predictions have no Label Studio form; use --json")
 
     @abstractmethod
     def render_predictions(self, texts: Sequence[str], predictions: Sequence[Any]) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from bert_tasks.data.ner_files import read_hub_ner, read_ner_file, texts_to_dataset
+from bert_tasks.data.ner_files import FILE_FORMATS, read_hub_ner, read_ner_file, texts_to_dataset
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.base import Task, TaskCard, score_table
 
@@ -208,6 +208,7 @@ class NerTask(Task):
     options = ("label_all_subtokens", "viterbi")
     default_metric = "f1"
     metric_names = ("f1", "precision", "recall", "accuracy", "strict_f1", "strict_precision", "strict_recall")
+    file_formats = FILE_FORMATS
 
     def __init__(self, label_all_subtokens: bool = False, viterbi: bool = True) -> None:
         super().__init__(label_all_subtokens=label_all_subtokens, viterbi=viterbi)
@@ -215,7 +216,7 @@ class NerTask(Task):
         self.viterbi = viterbi
 
     def read_file(self, path: str, cfg: Config) -> Dataset:
-        """A CoNLL column file, JSONL tokens + tags, or JSONL text + character spans (BIO repaired)."""
+        """CoNLL, JSONL tokens + tags, JSONL text + spans, or a Label Studio/doccano export (BIO repaired)."""
         return read_ner_file(path, cfg)
 
     def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset:
@@ -397,6 +398,25 @@ class NerTask(Task):
     def record(self, text: str, prediction: list[dict[str, Any]]) -> dict[str, Any]:
         """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}`."""
         return {"text": text, "entities": prediction}
+
+    def label_studio_results(
+        self, text: str, prediction: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], float | None]:
+        """Each entity as a `labels` result; the task's score is the mean entity score (none: no entities)."""
+        from bert_tasks.data.annotation_tools import LABELS_CONTROL, TEXT_OBJECT
+
+        results = [
+            {
+                "from_name": LABELS_CONTROL,
+                "to_name": TEXT_OBJECT,
+                "type": "labels",
+                "value": {"start": e["start"], "end": e["end"], "text": e["text"], "labels": [e["label"]]},
+                "score": e["score"],
+            }
+            for e in prediction
+        ]
+        score = sum(e["score"] for e in prediction) / len(prediction) if prediction else None
+        return results, score
 
     def render_predictions(self, texts: Sequence[str], predictions: Sequence[list[dict[str, Any]]]) -> str:
         """Each text with its entities marked in place, then one line per entity."""

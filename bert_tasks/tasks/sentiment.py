@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from bert_tasks.data.text_classification import read_hub_text_classification, read_text_classification
+from bert_tasks.data.annotation_tools import TEXT_OBJECT
+from bert_tasks.data.text_classification import (
+    FILE_FORMATS,
+    read_hub_text_classification,
+    read_text_classification,
+)
 from bert_tasks.errors import BertTasksError, listed
 from bert_tasks.tasks.base import Task, TaskCard, score_table
 
@@ -46,10 +51,16 @@ class SentimentTask(Task):
     }
     default_metric = "accuracy"
     metric_names = ("accuracy", "macro_f1")
+    file_formats = FILE_FORMATS
+    #: The Label Studio control that `predict --format label-studio` fills:
+    #: `<Choices name="sentiment" toName="text">`, as in Label Studio's text classification template.
+    label_studio_control = "sentiment"
 
     def read_file(self, path: str, cfg: Config) -> Dataset:
-        """A CSV/TSV/JSONL/JSON file of texts and labels, integer labels named by `cfg.label_names`."""
-        data = read_text_classification(path, cfg.text_column, cfg.label_column)
+        """A CSV/TSV/TXT/JSONL/JSON file of texts and labels, integer labels named by `cfg.label_names`."""
+        data = read_text_classification(
+            path, cfg.text_column, cfg.label_column, header=cfg.header, file_format=cfg.format
+        )
         return data if cfg.label_names is None else _name_labels(data, cfg.label_names, path)
 
     def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset | None:
@@ -177,6 +188,19 @@ class SentimentTask(Task):
     def record(self, text: str, prediction: dict[str, Any]) -> dict[str, Any]:
         """`{"text", "label", "score", "scores"}`."""
         return {"text": text, **prediction}
+
+    def label_studio_results(
+        self, text: str, prediction: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], float]:
+        """The predicted class as a `choices` result; the task's score is the class's probability."""
+        result = {
+            "from_name": self.label_studio_control,
+            "to_name": TEXT_OBJECT,
+            "type": "choices",
+            "value": {"choices": [prediction["label"]]},
+            "score": prediction["score"],
+        }
+        return [result], prediction["score"]
 
     def render_predictions(self, texts: Sequence[str], predictions: Sequence[dict[str, Any]]) -> str:
         """A table: label, probability, text."""

@@ -144,6 +144,35 @@ def test_numeric_label_spellings_are_one_label(
     assert sentiment(write(tmp_path, name, content))["label"] == labels
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "labels"),
+    [
+        ("a.jsonl", '{"text": "a", "label": true}\n{"text": "b", "label": false}\n', ["true", "false"]),
+        ("b.csv", "text,label\na,True\nb,FALSE\nc,false\n", ["true", "false", "false"]),
+    ],
+)
+def test_boolean_labels_are_spelled_as_json_spells_them(
+    tmp_path: Path, name: str, content: str, labels: list[str]
+) -> None:
+    assert sentiment(write(tmp_path, name, content))["label"] == labels
+
+
+def test_two_spellings_read_as_one_label_give_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = [1, 1.0, 1, "+1", "0", 0, True, "True", "true", "neg"]
+    content = "".join(json.dumps({"text": "t", "label": label}) + "\n" for label in records)
+    path = write(tmp_path, "s.jsonl", content)
+    with caplog.at_level(logging.WARNING, logger="bert_tasks"):
+        labels = sentiment(path)["label"]
+    assert labels == ["1", "1", "1", "1", "0", "0", "true", "true", "true", "neg"]
+    [record] = caplog.records
+    assert record.getMessage() == (
+        f"{path}: label spellings read as one label: +1 (1) and 1 (2) and 1.0 (1) as '1'; True (1) and "
+        "true (2) as 'true'; if they are different classes, name them apart"
+    )
+
+
 NOT_LABELS = [
     (
         '{"text": "a", "label": 2.5}',
@@ -152,14 +181,6 @@ NOT_LABELS = [
     (
         '{"text": "a", "label": NaN}',
         "label NaN (a float) in column 'label' is not a class; write labels as strings or integers",
-    ),
-    (
-        '{"text": "a", "label": true}',
-        "label true (a boolean) in column 'label' is not a class name; write labels as strings or integers",
-    ),
-    (
-        '{"text": "a", "label": false}',
-        "label false (a boolean) in column 'label' is not a class name; write labels as strings or integers",
     ),
     (
         '{"text": "a", "label": [1]}',
@@ -219,7 +240,7 @@ def test_near_duplicate_label_spellings_give_one_warning_and_stay_apart(
 
 @pytest.mark.parametrize(
     "labels",
-    [["1", "-1", "+1", "0"], ["pos", "neg", "neutral"], ["B", "C"], [":)", ":("]],
+    [["1", "-1", "0"], ["pos", "neg", "neutral"], ["B", "C"], [":)", ":("], ["true", "false"]],
 )
 def test_distinct_labels_give_no_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, labels: list[str]

@@ -77,12 +77,12 @@ def test_bad_rows_name_file_and_line(tmp_path: Path, name: str, content: str, ex
         read_text_classification(write(tmp_path, name, content), "text", "label")
 
 
-def test_missing_column_lists_found_and_expected() -> None:
+def test_missing_column_lists_found_and_expected(tmp_path: Path) -> None:
     with pytest.raises(BertTasksError) as err:
-        read_text_classification(FIXTURES / "sent_glue.tsv", "text", "label")
+        read_text_classification(write(tmp_path, "s.tsv", "sentence\tscore\nfine\t1\n"), "text", "label")
     message = str(err.value)
-    assert "sent_glue.tsv:1" in message
-    assert "header has columns sentence, label" in message
+    assert "s.tsv:1" in message
+    assert "header has columns sentence, score" in message
     assert "text_column='text'" in message
 
 
@@ -98,7 +98,7 @@ def test_non_utf8_names_line_and_offset(tmp_path: Path) -> None:
         ("empty.csv", "", "the file is empty"),
         ("blank.jsonl", "\n\n", "the file is empty"),
         ("header.csv", "text,label\n", "no rows found"),
-        ("data.txt", "text,label\nhi,pos\n", "unsupported file type '.txt'"),
+        ("data.xlsx", "text,label\nhi,pos\n", "unsupported file type '.xlsx'; use one of .csv, .tsv, .txt"),
     ],
 )
 def test_unusable_files(tmp_path: Path, name: str, content: str, expected: str) -> None:

@@ -1,0 +1,158 @@
+"""The span formats of two annotation tools, read as the JSONL-spans reader's examples; and Label Studio's
+pre-annotation tasks, written from predictions.
+
+- **Label Studio** JSON export: a list of tasks `{"id", "data": {"text": ...}, "annotations": [{"result":
+  [{"type": "labels", "value": {"start", "end", "text", "labels": [TYPE]}}], "was_cancelled"}]}`. Of
+  several annotations per task the first one not cancelled (skipped) is read; tasks without one are
+  left out with one warning. Result items of other types (relations, choices, text areas) are not spans
+  and are passed over.
+- **doccano** JSONL export: `{"text", "label": [[start, end, TYPE], ...]}` (older versions: `labels`), or
+  `{"text", "entities": [{"start_offset", "end_offset", "label"}]}` (projects with relations).
+
+Both become `{"start", "end", "label"[, "text"]}` spans, checked by the one span check in ner_files.py
+(offsets, the span's own text, overlaps); errors name `file: record N` (or `file:line`) and the task id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bert_tasks.data.files import describe, json_records
+from bert_tasks.data.ner_files import SpanExample, span_text
+from bert_tasks.errors import BertTasksError
+
+if TYPE_CHECKING:
+    from bert_tasks.tasks.base import Task
+
+logger = logging.getLogger(__name__)
+
+#: The Label Studio controls `predict ner --format label-studio` fills, as in Label Studio's "Named Entity
+#: Recognition" template: `<Labels name="label" toName="text">` over `<Text name="text" value="$text">`.
+LABELS_CONTROL, TEXT_OBJECT = "label", "text"
+
+
+def is_label_studio(record: dict[str, Any]) -> bool:
+    """A Label Studio task: a `data` object and annotations (or predictions only: a pre-annotation file)."""
+    return isinstance(record.get("data"), dict) and ("annotations" in record or "predictions" in record)
+
+
+def is_doccano(record: dict[str, Any], text_field: str) -> bool:
+    """A doccano record: the text and a list of `label`/`labels` triples or `entities` objects."""
+    return text_field in record and any(isinstance(record.get(key), list) for key in _DOCCANO_KEYS)
+
+
+_DOCCANO_KEYS = ("entities", "label", "labels")
+
+
+def label_studio_examples(path: Path, raw: str, text_field: str) -> Iterator[SpanExample]:
+    """(where, text, spans) of each task of a Label Studio JSON export with a submitted annotation."""
+    tasks = predictions_only = 0
+    skipped: list[str] = []
+    for where, task in json_records(path, raw):
+        tasks += 1
+        where = f"{where} (task {task['id']})" if "id" in task else where
+        data = task.get("data")
+        if not isinstance(data, dict):
+            raise BertTasksError(
+                f"{where}: no 'data' object holding the text; a Label Studio JSON export has one per task"
+            )
+        annotation = _first_annotation(where, task.get("annotations", []))
+        if annotation is None:
+            skipped.append(where)
+            predictions_only += bool(task.get("predictions"))
+            continue
+        text = span_text(where, data.get(text_field), f"data.{text_field}")
+        yield where, text, _label_studio_spans(where, annotation.get("result", []))
+    if not tasks:
+        raise BertTasksError(f"{path}: the Label Studio export holds no tasks; export the project again")
+    if len(skipped) == tasks:
+        raise BertTasksError(
+            f"{path}: none of its {tasks} task(s) has a submitted annotation ({predictions_only} hold "
+            "predictions only: pre-annotations, not gold); annotate them in Label Studio and export again"
+        )
+    if skipped:
+        logger.warning(
+            "%s: %d of %d task(s) have no submitted annotation (none, or all cancelled) and were left out; "
+            "first: %s",
+            path,
+            len(skipped),
+            tasks,
+            skipped[0],
+        )
+
+
+def _first_annotation(where: str, annotations: Any) -> dict[str, Any] | None:
+    """The first annotation that was not cancelled (skipped by the annotator), or None."""
+    if not isinstance(annotations, list) or not all(isinstance(a, dict) for a in annotations):
+        raise BertTasksError(
+            f"{where}: 'annotations' must be a list of objects, found {describe(annotations)}"
+        )
+    return next((a for a in annotations if not a.get("was_cancelled")), None)
+
+
+def _label_studio_spans(where: str, result: Any) -> list[dict[str, Any]]:
+    """The `labels` items of one annotation's result as `{"start", "end", "label"[, "text"]}` spans."""
+    if not isinstance(result, list) or not all(isinstance(item, dict) for item in result):
+        raise BertTasksError(f"{where}: an annotation's 'result' must be a list of objects; fix the export")
+    spans = []
+    for number, item in enumerate((i for i in result if i.get("type") == "labels"), start=1):
+        value = item.get("value") if isinstance(item.get("value"), dict) else {}
+        labels = value.get("labels")
+        if not (isinstance(labels, list) and len(labels) == 1):
+            raise BertTasksError(
+                f"{where}: span {number} has labels {describe(labels)}; BIO tags need exactly one label per "
+                "span (make the Labels control single-choice, or split the span)"
+            )
+        span = {"start": value.get("start"), "end": value.get("end"), "label": labels[0]}
+        spans.append(span | ({"text": value["text"]} if "text" in value else {}))
+    return spans
+
+
+def doccano_examples(path: Path, raw: str, text_field: str) -> Iterator[SpanExample]:
+    """(where, text, spans) of each record of a doccano sequence-labelling JSONL export."""
+    for where, record in json_records(path, raw):
+        text = span_text(where, record.get(text_field), text_field)
+        if "entities" in record:
+            yield where, text, [_doccano_entity(where, n, e) for n, e in enumerate(record["entities"], 1)]
+            continue
+        key = "label" if "label" in record else "labels"
+        yield where, text, [_doccano_triple(where, n, t) for n, t in enumerate(record.get(key, []), 1)]
+
+
+def _doccano_triple(where: str, number: int, triple: Any) -> dict[str, Any]:
+    if not (isinstance(triple, list) and len(triple) == 3):
+        raise BertTasksError(
+            f'{where}: doccano label {number} is {describe(triple)}, not [start, end, "TYPE"]; fix the record'
+        )
+    return {"start": triple[0], "end": triple[1], "label": triple[2]}
+
+
+def _doccano_entity(where: str, number: int, entity: Any) -> dict[str, Any]:
+    if not isinstance(entity, dict):
+        raise BertTasksError(
+            f"{where}: doccano entity {number} is {describe(entity)}, not an object with start_offset, "
+            "end_offset and label; fix the record"
+        )
+    return {
+        "start": entity.get("start_offset"),
+        "end": entity.get("end_offset"),
+        "label": entity.get("label"),
+    }
+
+
+def label_studio_tasks(
+    task: Task, texts: Sequence[str], predictions: Sequence[Any], model_version: str
+) -> list[dict[str, Any]]:
+    """Texts and their predictions as Label Studio tasks to import (pre-annotations); the task shapes
+    each prediction's result items (`Task.label_studio_results`), this the task around them."""
+    tasks = []
+    for text, prediction in zip(texts, predictions, strict=True):
+        results, score = task.label_studio_results(text, prediction)
+        predicted: dict[str, Any] = {"model_version": model_version}
+        if score is not None:
+            predicted["score"] = score
+        tasks.append({"data": {TEXT_OBJECT: text}, "predictions": [predicted | {"result": results}]})
+    return tasks
