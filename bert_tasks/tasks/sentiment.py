@@ -8,6 +8,7 @@ sentence, so no token is dropped and each sentence counts once.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,7 +17,7 @@ import numpy as np
 
 from bert_tasks.data.text_classification import read_hub_text_classification, read_text_classification
 from bert_tasks.errors import BertTasksError
-from bert_tasks.tasks.base import Task, score_table
+from bert_tasks.tasks.base import SplitProfile, Task, score_table
 
 if TYPE_CHECKING:
     import torch
@@ -69,6 +70,11 @@ class SentimentTask(Task):
                     f"{sources[split]}: label '{unseen[0]}' never occurs in the training data "
                     f"({sources['train']}){hint}; add training examples of it or fix the label"
                 )
+
+    def profile_split(self, raw: Dataset) -> SplitProfile:
+        """Each example is its text with one label; the distribution counts examples per label."""
+        texts, labels = raw["text"][:], raw["label"][:]
+        return SplitProfile(keys=texts, golds=labels, labels=dict(Counter(labels)), unit="examples")
 
     def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Raw texts -> the one-column dataset `encode`/`decode` take for prediction."""
