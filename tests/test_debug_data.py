@@ -228,3 +228,16 @@ def test_a_model_dir_without_weights_is_enough(tmp_path: Path) -> None:
     report = json.loads("\n".join(report))
     assert json.loads(probe) == {"status": 0, "bert_code": False}
     assert report["tokenizer"] == str(tmp_path) and report["splits"]["train"]["examples"] == 6
+
+
+def test_empty_rows_are_counted_and_never_duplicates(tmp_path: Path) -> None:
+    records = [{"tokens": [], "tags": []}] * 2 + [
+        {"tokens": ["flu"], "tags": ["B-Disease"]},
+        {"tokens": ["cough"], "tags": ["O"]},
+    ]
+    train = write_jsonl(tmp_path / "train.jsonl", records)
+    report = data_report(load_recipe(None, [f"train_file={train}", "validation_file=none"], task="ner"))
+    split = report["splits"]["train"]
+    assert (split["examples"], split["empty"], split["duplicates"], split["windows"]) == (4, 2, 0, 4)
+    assert split["sub_tokens"] == {"min": 2, "median": 2.5, "p95": 3.0, "max": 3}  # [CLS] [SEP] alone: 2
+    assert "train: 2 empty row(s) (no text): they teach nothing; drop them" in report["warnings"]
