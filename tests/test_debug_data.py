@@ -241,3 +241,10 @@ def test_empty_rows_are_counted_and_never_duplicates(tmp_path: Path) -> None:
     assert (split["examples"], split["empty"], split["duplicates"], split["windows"]) == (4, 2, 0, 4)
     assert split["sub_tokens"] == {"min": 2, "median": 2.5, "p95": 3.0, "max": 3}  # [CLS] [SEP] alone: 2
     assert "train: 2 empty row(s) (no text): they teach nothing; drop them" in report["warnings"]
+
+
+def test_the_help_names_the_librarys_rare_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["debug", "data", "--help"])
+    assert exit.value.code == 0
+    assert f"(default {RARE_BELOW})" in " ".join(capsys.readouterr().out.split())
