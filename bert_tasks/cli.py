@@ -190,6 +190,28 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--model", required=True, help="saved model dir")
     export.add_argument("--quantize", choices=QUANTIZE_METHODS, required=True)
     export.set_defaults(run=_export, positionals="out")
+
+    debug = commands.add_parser("debug", help="look at the data before training (debug data)")
+    debug_commands = debug.add_subparsers(dest="debug_command", required=True)
+    data = debug_commands.add_parser(
+        "data",
+        help="per-split counts, labels, lengths, windows, duplicates and overlap; no model loads",
+        description="Report on the data a finetune run would read (same recipe, same readers); exit "
+        "status 1 when it holds errors training would hit or that make its scores meaningless.",
+    )
+    data.add_argument("task", choices=tasks)
+    data.add_argument("--recipe", help="a recipes/*.yaml file; key=value overrides win over it")
+    data.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    data.add_argument(
+        "--rare",
+        type=int,
+        metavar="N",
+        help="labels with fewer than N examples (entities) are rare (default 10)",
+    )
+    data.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="config overrides, e.g. max_length=64"
+    )
+    data.set_defaults(run=_debug_data, positionals="overrides")
     return parser
 
 
@@ -238,6 +260,19 @@ def _finetune(args: argparse.Namespace) -> None:
     flags = [f"{flag}=true" for flag in ("resume", "overwrite") if getattr(args, flag)]
     cfg = load_recipe(args.recipe, [*args.overrides, *flags], task=args.task)
     train(cfg)
+
+
+def _debug_data(args: argparse.Namespace) -> None:
+    from bert_tasks.config import load_recipe
+    from bert_tasks.insight.data_report import data_report, render_data_report
+
+    cfg = load_recipe(args.recipe, args.overrides, task=args.task)
+    report = data_report(cfg) if args.rare is None else data_report(cfg, args.rare)
+    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else render_data_report(report))
+    if report["errors"]:
+        raise BertTasksError(
+            f"the data has {len(report['errors'])} error(s), listed in the report; fix them before training"
+        )
 
 
 def _evaluate(args: argparse.Namespace) -> None:

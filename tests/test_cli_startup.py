@@ -58,6 +58,9 @@ def probe(argv: list[str], cwd: Path) -> dict[str, object]:
         (["predict", "ner", "--model", "nowhere/at/all", "a text"], 1, "no such directory"),
         (["predict", "ner", "a text"], 1, "no model at runs/ner (the default --model); train one with"),
         (["evaluate", "ner", "--model", "nowhere/at/all", "--data", "bad.csv"], 1, "no such directory"),
+        (["debug", "data", "sentiment", "train_file=bad.csv"], 1, "bad.csv:1: header has columns"),
+        (["debug", "data", "ner", "--rare", "0"], 1, "--rare must be at least 1, got 0"),
+        (["debug", "data", "ner", "max_length=1000"], 1, "max_length=1000, must be >= 8 and <= 512"),
     ],
 )
 def test_answers_come_before_torch_and_transformers(

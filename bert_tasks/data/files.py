@@ -38,8 +38,11 @@ def is_blank(text: str) -> bool:
     """True when `text` shows nothing: only whitespace, control (Cc) and format (Cf) characters.
 
     The one emptiness rule of every reader and of prediction: a "text" of zero-width spaces or byte-order
-    marks is as empty as one of spaces.
+    marks is as empty as one of spaces. A text that opens with a letter or digit is answered at once:
+    readers ask this of every line and token (360,000 times for BC5CDR), mostly of words.
     """
+    if text[:1].isalnum():
+        return False
     return all(c.isspace() or unicodedata.category(c) in _INVISIBLE for c in text)
 
 

@@ -1,7 +1,8 @@
 """NER readers: CoNLL column files, JSONL (tokens + tags, or text + character spans), the Hub.
 
-Every reader returns a `datasets.Dataset` with `tokens` (list[str]) and `tags` (list[str], BIO); the
-character-span reader also keeps `text` and `word_offsets` so predictions map back onto the raw string.
+Every reader returns a `datasets.Dataset` with `tokens` (list[str]), `tags` (list[str], BIO) and
+`repaired_tags` (how many of the row's tags the reader repaired, see below: what `debug data` counts);
+the character-span reader also keeps `text` and `word_offsets` so predictions map back onto the raw string.
 
 Gold tags are BIO (IOB2). A stray `I-X` (after `O`, after another type, or first in a sentence) is
 *repaired* to `B-X` rather than rejected: that is how seqeval's default mode and conlleval read such a
@@ -131,6 +132,7 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
     repairs = _RepairLog(path)
     tokens: list[list[str]] = []
     tags: list[list[str]] = []
+    repaired_tags: list[int] = []
     sentence: list[str] = []
     sentence_tags: list[str] = []
     where: list[str] = []
@@ -141,6 +143,7 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
             repairs.add(repaired, where)
             tokens.append(list(sentence))
             tags.append(fixed)
+            repaired_tags.append(len(repaired))
         sentence.clear()
         sentence_tags.clear()
         where.clear()
@@ -157,7 +160,7 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
     repairs.report()
     if not tokens:
         raise BertTasksError(f"{path}: no sentences found (only -DOCSTART- or blank lines); check the file")
-    return _token_dataset(tokens, tags)
+    return _token_dataset(tokens, tags, repaired_tags)
 
 
 def _columns(line: str) -> list[str]:
@@ -224,21 +227,22 @@ def read_jsonl_tokens(path: str | Path, tokens_column: str = "tokens", tag_colum
 
 def _jsonl_tokens_dataset(path: Path, text: str, tokens_column: str, tag_column: str) -> Dataset:
     repairs = _RepairLog(path)
-    tokens, tags = [], []
+    tokens, tags, repaired_tags = [], [], []
     for where, record in json_records(path, text):
         words, word_tags = _tokens_and_tags(where, record, tokens_column, tag_column)
         fixed, repaired = repair_bio(word_tags)
         repairs.add(repaired, [where] * len(fixed))
         tokens.append(words)
         tags.append(fixed)
+        repaired_tags.append(len(repaired))
     repairs.report()
-    return _token_dataset(tokens, tags)
+    return _token_dataset(tokens, tags, repaired_tags)
 
 
-def _token_dataset(tokens: list[list[str]], tags: list[list[str]]) -> Dataset:
+def _token_dataset(tokens: list[list[str]], tags: list[list[str]], repaired_tags: list[int]) -> Dataset:
     from datasets import Dataset  # deferred: every line is checked before the library loads
 
-    return Dataset.from_dict({"tokens": tokens, "tags": tags})
+    return Dataset.from_dict({"tokens": tokens, "tags": tags, "repaired_tags": repaired_tags})
 
 
 def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]]:
@@ -363,7 +367,7 @@ def spans_dataset(path: Path, examples: Iterable[SpanExample]) -> Dataset:
 
     Every span passes `_check_spans`; spans that cut a word are listed in one warning.
     """
-    columns: dict[str, list] = {"tokens": [], "tags": [], "text": [], "word_offsets": []}
+    columns: dict[str, list] = {"tokens": [], "tags": [], "repaired_tags": [], "text": [], "word_offsets": []}
     cut_reports: list[str] = []
     for where, text, raw_spans in examples:
         spans = _check_spans(where, text, raw_spans)
@@ -372,6 +376,7 @@ def spans_dataset(path: Path, examples: Iterable[SpanExample]) -> Dataset:
         cut_reports += [f"{where} {text[s:e]!r}" for s, e, _ in cutting]
         columns["tokens"].append(words)
         columns["tags"].append(tags)
+        columns["repaired_tags"].append(0)  # spans give valid BIO by construction
         columns["text"].append(text)
         columns["word_offsets"].append([list(o) for o in offsets])
     if not columns["text"]:
@@ -403,7 +408,7 @@ def read_hub_ner(
     feature = getattr(data.features[tag_column], "feature", None)
     names = feature.names if isinstance(feature, ClassLabel) else None
     repairs = _RepairLog(Path(where))
-    tags = []
+    tags, repaired_tags = [], []
     for i, row in enumerate(data[tag_column]):
         row_tags = [names[t] for t in row] if names else [str(t) for t in row]
         for tag in row_tags:
@@ -411,8 +416,9 @@ def read_hub_ner(
         fixed, repaired = repair_bio(row_tags)
         repairs.add(repaired, [f"row {i}"] * len(fixed))
         tags.append(fixed)
+        repaired_tags.append(len(repaired))
     repairs.report()
-    return _token_dataset([list(t) for t in data[tokens_column]], tags)
+    return _token_dataset([list(t) for t in data[tokens_column]], tags, repaired_tags)
 
 
 def read_ner_file(path: str | Path, cfg: Config) -> Dataset:

@@ -30,6 +30,20 @@ def read_splits(task: Task, cfg: Config) -> dict[str, Dataset]:
         BertTasksError: No split at all, a bad file or hub split, or an evaluation label (entity type) that
             the training split never shows.
     """
+    splits, sources = read_unchecked_splits(task, cfg)
+    problems = split_problems(task, splits, sources, cfg)
+    if problems:
+        raise BertTasksError(problems[0])
+    return splits
+
+
+def read_unchecked_splits(task: Task, cfg: Config) -> tuple[dict[str, Dataset], dict[str, str]]:
+    """Every split read and capped as `read_splits` reads it, with where each came from, but not
+    cross-checked: `debug data` reports every problem of the whole data instead of stopping at the first.
+
+    Raises:
+        BertTasksError: No split at all, or a bad file or hub split.
+    """
     hub_splits = hub_split_names(cfg.dataset) if cfg.dataset is not None else []
     splits: dict[str, Dataset] = {}
     sources: dict[str, str] = {}
@@ -49,10 +63,27 @@ def read_splits(task: Task, cfg: Config) -> dict[str, Dataset]:
             f"no data to read for {task.name}; set train_file (and validation_file, test_file) "
             "or dataset=<hub id>"
         )
-    if "train" in splits:
-        _check_learnable(task, splits["train"], sources["train"], cfg)
-        task.check_splits(splits, sources, cfg)
-    return splits
+    return splits, sources
+
+
+def split_problems(task: Task, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> list[str]:
+    """Why training would refuse these splits, one message per check (none without a training split).
+
+    Each check stops at its first problem, as `read_splits` does: a one-label training split, then an
+    evaluation label the training split lacks.
+    """
+    if "train" not in splits:
+        return []
+    problems = []
+    for check in (
+        lambda: _check_learnable(task, splits["train"], sources["train"], cfg),
+        lambda: task.check_splits(splits, sources, cfg),
+    ):
+        try:
+            check()
+        except BertTasksError as error:
+            problems.append(str(error))
+    return problems
 
 
 def _check_learnable(task: Task, train: Dataset, source: str, cfg: Config) -> None:

@@ -7,16 +7,17 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safetensors import SafetensorError
-from safetensors.torch import load_file
-from torch import nn
-from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from bert_tasks.config import DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
 from bert_tasks.errors import BertTasksError
-from bert_tasks.modeling.patch import patch_bert
+
+if TYPE_CHECKING:  # the model code loads with the first model: a tokenizer alone (debug data) skips it
+    from torch import nn
+    from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,8 @@ def load_model(
     Raises:
         BertTasksError: weights that do not load, or that do not fit the model config.json describes.
     """
+    from bert_tasks.modeling.patch import patch_bert
+
     head = head_class(task)
     path = resolve_model_path(name_or_path)
     saved = load_config(path)
@@ -238,6 +241,8 @@ def _head_is_for_other_labels(
     model: PreTrainedModel, info: dict[str, Any], saved_labels: list[str], labels: list[str]
 ) -> bool:
     """The checkpoint holds a classifier, trained for other labels (or another order) than this run's."""
+    from torch import nn
+
     if not isinstance(getattr(model, "classifier", None), nn.Module):
         return False
     if any(key.startswith("classifier.") for key in info["missing_keys"]):
@@ -359,6 +364,10 @@ def _load_pruned(
     from_pretrained cannot build pruned shapes, so it gives no loading info here: the same three sets come
     from the file's shapes against the pruned model's (whose state_dict has transformers' names too).
     """
+    from safetensors.torch import load_file
+
+    from bert_tasks.modeling.patch import patch_bert
+
     weights = Path(path) / "model.safetensors"
     if not weights.is_file():
         raise BertTasksError(f"model dir {path}: a head-pruned model needs model.safetensors")

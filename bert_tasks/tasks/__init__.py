@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.tasks.base import Task
+from bert_tasks.tasks.base import SplitProfile, Task
 from bert_tasks.tasks.ner import NerTask
 from bert_tasks.tasks.sentiment import SentimentTask
 
@@ -56,6 +56,7 @@ register_task(NerTask)
 __all__ = [
     "NerTask",
     "SentimentTask",
+    "SplitProfile",
     "Task",
     "get_task",
     "register_task",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -45,6 +45,25 @@ class TaskCard:
     example: str = "An example sentence."
     #: Limits particular to the task, beyond those of the base model and the data.
     limits: tuple[str, ...] = ()
+
+
+@dataclass
+class SplitProfile:
+    """What `debug data` needs to know of one split that only its task knows; the report does the rest.
+
+    `keys` and `golds` have one entry per example: the example's text (what exact overlap, duplicates and
+    empty rows are judged on) and its whole gold annotation (two copies of a text conflict when theirs
+    differ). `labels` is the distribution that rare and unseen labels are judged on, counted in `unit`
+    ("examples", "entities"). `counts` holds further task numbers to show (a count, or a name -> count
+    table), `warnings` the task's own one-line warnings about the split.
+    """
+
+    keys: list[str]
+    golds: list[Hashable]
+    labels: dict[str, int]
+    unit: str
+    counts: dict[str, int | dict[str, int]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 class Task(ABC):
@@ -99,6 +118,12 @@ class Task(ABC):
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:  # noqa: B027
         """Refuse evaluation splits whose labels the training split never shows (nothing by default)."""
+
+    def profile_split(self, raw: Dataset) -> SplitProfile:
+        """The task's view of one raw split for `debug data` (a task that gives none cannot be debugged)."""
+        raise BertTasksError(
+            f"debug data: the {self.name} task does not profile its data; implement Task.profile_split"
+        )
 
     @abstractmethod
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:

@@ -14,6 +14,7 @@ Alignment policy (training and scoring agree on it):
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 
 from bert_tasks.data.ner_files import FILE_FORMATS, read_hub_ner, read_ner_file, texts_to_dataset
 from bert_tasks.errors import BertTasksError
-from bert_tasks.tasks.base import Task, TaskCard, score_table
+from bert_tasks.tasks.base import SplitProfile, Task, TaskCard, score_table
 
 if TYPE_CHECKING:
     import torch
@@ -234,6 +235,30 @@ class NerTask(Task):
                     f"({sources['train']}); add training examples of it (or raise max_train_samples)"
                 )
 
+    def profile_split(self, raw: Dataset) -> SplitProfile:
+        """Each example is its words joined by spaces with its tags; the distribution counts entities per
+        type (as seqeval reads them), beside the tag counts and the stray I- tags the reader repaired."""
+        words, tags = raw["tokens"][:], raw["tags"][:]
+        entities = Counter(kind for row in tags for kind, _, _ in entity_spans(row))
+        counts: dict[str, int | dict[str, int]] = {"tags": dict(Counter(tag for row in tags for tag in row))}
+        warnings = []
+        if "repaired_tags" in raw.column_names:  # the file readers count them; other sources cannot
+            repaired = raw["repaired_tags"][:]
+            counts["repaired_tags"] = total = sum(repaired)
+            if total:
+                warnings.append(
+                    f"the reader repaired {total} stray I- tag(s) (I-X not continuing an X entity -> B-X, "
+                    f"as seqeval reads them) in {sum(1 for n in repaired if n)} sentence(s)"
+                )
+        return SplitProfile(
+            keys=[" ".join(row) for row in words],
+            golds=[tuple(row) for row in tags],
+            labels=dict(entities),
+            unit="entities",
+            counts=counts,
+            warnings=warnings,
+        )
+
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """`cfg.label_names` when given (checked against train), else O + B-/I- of every train type."""
         found = bio_label_names(train["tags"])
@@ -271,7 +296,7 @@ class NerTask(Task):
                 max_length=max_length,
                 stride=stride,
                 return_overflowing_tokens=True,
-                return_offsets_mapping=True,
+                return_offsets_mapping=label2id is not None,  # only label alignment reads them
             )
 
         def windows(batch: dict[str, list], indices: list[int]) -> dict[str, list]:

@@ -8,6 +8,7 @@ sentence, so no token is dropped and each sentence counts once.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -21,7 +22,7 @@ from bert_tasks.data.text_classification import (
     read_text_classification,
 )
 from bert_tasks.errors import BertTasksError, listed
-from bert_tasks.tasks.base import Task, TaskCard, score_table
+from bert_tasks.tasks.base import SplitProfile, Task, TaskCard, score_table
 
 if TYPE_CHECKING:
     import torch
@@ -81,6 +82,11 @@ class SentimentTask(Task):
                     f"{sources[split]}: label '{unseen[0]}' never occurs in the training data "
                     f"({sources['train']}){hint}; add training examples of it or fix the label"
                 )
+
+    def profile_split(self, raw: Dataset) -> SplitProfile:
+        """Each example is its text with one label; the distribution counts examples per label."""
+        texts, labels = raw["text"][:], raw["label"][:]
+        return SplitProfile(keys=texts, golds=labels, labels=dict(Counter(labels)), unit="examples")
 
     def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Raw texts -> the one-column dataset `encode`/`decode` take for prediction."""

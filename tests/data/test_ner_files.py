@@ -35,6 +35,7 @@ def test_conll_tab_file_whitespace_separator_and_bio_repair(caplog):
     # I-Disease after O and I-Disease after B-Chemical both start an entity, as conlleval reads them.
     assert data["tags"][1] == ["B-Disease", "O", "B-Disease", "O", "O"]
     assert data["tags"][2] == ["B-Chemical", "B-Disease"]
+    assert data["repaired_tags"] == [0, 1, 1]  # per sentence, for `debug data`
     [record] = caplog.records
     assert "repaired 2 invalid BIO" in record.getMessage()
     assert f"{FIXTURES / 'ner_sample.conll'}:12" in record.getMessage()
@@ -80,7 +81,8 @@ def test_conll_unreadable_files(tmp_path, content, message):
 
 def test_conll_crlf_and_bom(tmp_path):
     path = write(tmp_path, "win.conll", b"\xef\xbb\xbfAspirin\tB-Chemical\r\nrash\tB-Disease\r\n\r\n")
-    assert read_conll(path)[0] == {"tokens": ["Aspirin", "rash"], "tags": ["B-Chemical", "B-Disease"]}
+    row = {"tokens": ["Aspirin", "rash"], "tags": ["B-Chemical", "B-Disease"], "repaired_tags": 0}
+    assert read_conll(path)[0] == row
 
 
 def test_repair_bio_positions():
