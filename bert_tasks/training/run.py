@@ -452,6 +452,7 @@ class Run:
                 self._save_model(unwrapped, weights, metrics)
                 _log_summary(metrics, self.metric_name, self.output_dir)
         self._release_processes()
+        return self.output_dir
 
     def _release_processes(self) -> None:
         """Drop the prepared objects, then end the process group while every process is still there.
@@ -464,7 +465,6 @@ class Run:
         self.accelerator.free_memory()
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
-        return self.output_dir
 
     def _save_model(
         self, model: torch.nn.Module, weights: dict[str, torch.Tensor], metrics: dict[str, Any]
