@@ -40,6 +40,7 @@ MAX_RECIPE_BYTES = 64 * 1024
 MAX_BATCH = 2**20  # batch sizes, grad_accum, keep_checkpoints: far past any memory, short of torch's limits
 MAX_COUNT = 2**31 - 1  # update and sample counts: an int32, as schedulers and samplers take
 MAX_SEED = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
+MAX_SEEDS = 100  # seeds=[...]: one whole run each
 MAX_EPOCHS = 1_000_000  # epochs * updates per epoch must stay a count
 MAX_CONLL_COLUMN = 1024  # conll_tag_index in [-1024, 1024]
 
@@ -122,6 +123,12 @@ class Config:
         False, "also load pickle-based pytorch_model.bin weights (can run code: only from a source you trust)"
     )
     seed: int = _key(42, "random seed (data order, dropout, new head)")
+    seeds: list[int] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "run once per seed, e.g. [42,43,44], in output_dir/seed-N; mean +- std of each score"
+        },
+    )
     eval_every: int = _key(0, "evaluate every N updates (0 = at the end of each epoch)")
     save_every: int = _key(0, "resumable checkpoint every N updates (0 = off)")
     save_each_epoch: bool = _key(False, "resumable checkpoint at the end of each epoch")
@@ -412,7 +419,9 @@ def _convert(value: Any, target: Any) -> Any:
             isinstance(v, (str, int)) and _filled(str(v)) for v in value
         ):
             return None
-        return [str(v) for v in value]
+        (item,) = typing.get_args(target)
+        items = [str(v) if item is str else _convert(v, item) for v in value]
+        return None if any(v is None for v in items) else items
     raise TypeError(f"config field type {target} has no converter")
 
 
@@ -449,7 +458,11 @@ def _type_name(annotation: Any) -> str:
     if isinstance(annotation, types.UnionType):
         return " or ".join("none" if a is type(None) else _type_name(a) for a in args)
     if typing.get_origin(annotation) is list:
-        return "a list like [a,b]"
+        return (
+            "a list of integers like [42,43]"
+            if typing.get_args(annotation) == (int,)
+            else "a list like [a,b]"
+        )
     return names[annotation]
 
 
@@ -548,6 +561,16 @@ def _validate(cfg: Config) -> None:
             cfg.label_names is None or _distinct(cfg.label_names),
             "must be non-empty and distinct",
         ),
+        (
+            "seeds",
+            cfg.seeds is None
+            or (
+                _distinct(cfg.seeds)
+                and len(cfg.seeds) <= MAX_SEEDS
+                and all(0 <= s <= MAX_SEED for s in cfg.seeds)
+            ),
+            f"must be 1 to {MAX_SEEDS} distinct seeds in [0, {MAX_SEED}], or none",
+        ),
         ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"must be one of {', '.join(metrics)}"),
         ("format", cfg.format in formats, f"must be one of {', '.join(formats)} for {cfg.task} data"),
     ]
@@ -568,5 +591,5 @@ def _blank_rule(key: str) -> str:
     return f"must not be empty: give a value, {unset}"
 
 
-def _distinct(names: list[str]) -> bool:
+def _distinct(names: list[Any]) -> bool:
     return bool(names) and len(set(names)) == len(names)

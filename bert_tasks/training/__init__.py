@@ -23,7 +23,15 @@ if TYPE_CHECKING:
 
 
 def train(cfg: Config) -> Path:
-    """Fine-tune `cfg.model` on `cfg.task` and return the directory holding the saved model."""
+    """Fine-tune `cfg.model` on `cfg.task` and return the directory holding the saved model.
+
+    With `cfg.seeds`, one run per seed under `output_dir/seed-N`, and their scores' mean +- std in
+    `output_dir/seeds.json` (`training/seeds.py`); the dir returned is `output_dir`.
+    """
+    if cfg.seeds:
+        from bert_tasks.training.seeds import train_seeds
+
+        return train_seeds(cfg, train)
     task = get_task(cfg)
     output = claim_output_dir(cfg)
     try:
