@@ -145,7 +145,11 @@ def _parser() -> argparse.ArgumentParser:
         "--quantize", choices=QUANTIZE_METHODS, help="score the dynamically quantized model"
     )
     evaluate.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="reader settings, e.g. text_column=x"
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="how the file is read (e.g. text_column=x) or how the model reads it, instead of the saved "
+        "values (max_length, stride, NER's viterbi, label_all_subtokens)",
     )
     evaluate.set_defaults(run=_evaluate, positionals="overrides")
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.config import load_recipe
+from bert_tasks.config import Config, load_recipe
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError, listed
-from bert_tasks.model_dir import local_model_dir, read_policy
+from bert_tasks.model_dir import ModelPolicy, local_model_dir, read_policy
 from bert_tasks.output_paths import CommandOutput, write_atomically
 from bert_tasks.tasks import task_class
 
@@ -22,20 +22,40 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: What `evaluate` takes as key=value: how the file is read. The saved policy's keys (windows, the task's
+#: decoding options) are taken too, and then run instead of the saved values; training keys are refused.
+READER_KEYS = (
+    "text_column",
+    "label_column",
+    "header",
+    "format",
+    "tokens_column",
+    "tag_column",
+    "conll_tag_index",
+    "label_names",
+    "max_eval_samples",
+)
+_WINDOW_KEYS = ("max_length", "stride")
+
+
 def read_labelled_file(
     model_dir: str | Path, data_file: str, overrides: Sequence[str] = (), task: str | None = None
-) -> Dataset:
-    """Read `data_file` with the reader settings of the recipe saved with the model, plus `overrides`.
+) -> tuple[Dataset, ModelPolicy]:
+    """Read `data_file` with the reader settings of the recipe saved with the model, plus `overrides`;
+    return it with the policy to evaluate under: the saved one, with the window/decoding keys the
+    overrides name (each differing value is said in one INFO line).
 
     Needs only the model dir's JSON and YAML files: a bad file is answered before any model loads.
 
     Raises:
-        BertTasksError: The model dir is not a fine-tuned model (of `task`, when given), or the file is
-            unreadable, or holds a label the model cannot predict (it would only be scored as a miss, or
-            break the metric).
+        BertTasksError: The model dir is not a fine-tuned model (of `task`, when given), an override names
+            a training key, the file is unreadable, or holds a label the model cannot predict (it would
+            only be scored as a miss, or break the metric).
     """
     directory = local_model_dir(model_dir)
     policy = read_policy(directory, task)
+    model_task_class = task_class(policy.task)
+    policy_keys = _check_keys(overrides, model_task_class.options)
     recipe = directory / "recipe.yaml"
     data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
     cfg = load_recipe(
@@ -43,17 +63,48 @@ def read_labelled_file(
         [*data_only, *overrides, f"test_file={data_file}"],
         policy.task,
     )
-    model_task = task_class(policy.task)(**policy.task_options)
+    policy = _with_overrides(policy, cfg, policy_keys)
+    model_task = model_task_class(**policy.task_options)
     raw = read_splits(model_task, cfg)["test"]
     known = _label_names(directory)
     # label_names without the recipe's list: the labels the data itself uses.
-    unknown = sorted(set(model_task.label_names(raw, replace(cfg, label_names=None))) - set(known))
+    unknown = sorted(
+        set(model_task.label_names(raw, dataclasses.replace(cfg, label_names=None))) - set(known)
+    )
     if unknown:
         raise BertTasksError(
             f"{data_file}: label {unknown[0]!r} is not one the model knows ({listed(known)}); "
             "evaluate on data with the model's labels, or train a model that has it"
         )
-    return raw
+    return raw, policy
+
+
+def _check_keys(overrides: Sequence[str], task_options: Sequence[str]) -> list[str]:
+    """The policy keys among `overrides`; a key that is neither a reader nor a policy key is refused."""
+    policy_keys = (*_WINDOW_KEYS, *task_options)
+    named = [item.partition("=")[0].strip() for item in overrides]
+    for key in named:
+        if key not in READER_KEYS and key not in policy_keys:
+            raise BertTasksError(
+                f"{key}= on the command line is not an evaluate setting: evaluate takes how the file is read "
+                f"({', '.join(READER_KEYS)}) and how the model reads it ({', '.join(policy_keys)})"
+            )
+    return [key for key in named if key in policy_keys]
+
+
+def _with_overrides(policy: ModelPolicy, cfg: Config, keys: Sequence[str]) -> ModelPolicy:
+    """The saved policy with the window/decoding values the user named; each change is said once."""
+    saved = {"max_length": policy.max_length, "stride": policy.stride, **policy.task_options}
+    chosen = {key: getattr(cfg, key) for key in keys}
+    for key, value in chosen.items():
+        if saved.get(key) != value:
+            logger.info(
+                "%s=%s differs from the model's training (%s): evaluating with it", key, value, saved.get(key)
+            )
+    options = {key: chosen.get(key, value) for key, value in policy.task_options.items()}
+    options |= {key: value for key, value in chosen.items() if key not in _WINDOW_KEYS}
+    windows = {key: chosen[key] for key in _WINDOW_KEYS if key in chosen}
+    return dataclasses.replace(policy, task_options=options, **windows)
 
 
 def evaluate_file(
@@ -72,13 +123,13 @@ def evaluate_file(
     scores the dynamically quantized model, to see what quantization costs. `allow_pickle`: also load
     pickle-based weights. The report for people is `task.render_metrics(metrics)` (the CLI prints it).
     """
-    raw = read_labelled_file(model_dir, data_file, overrides, task)
+    raw, policy = read_labelled_file(model_dir, data_file, overrides, task)
     with CommandOutput(
         out_dir, f"evaluate output {out_dir}", "pass --out a directory you can write to"
     ) as out:
         from bert_tasks.inference.predictor import Predictor  # torch and transformers: once the data is good
 
-        predictor = Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle)
+        predictor = Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle, policy=policy)
         metrics = predictor.evaluate(raw)
         with out.writing():
             write_atomically(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")

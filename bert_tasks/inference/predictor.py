@@ -19,8 +19,9 @@ from bert_tasks.data.files import check_text, is_blank
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import SizeChange, check_method, quantize_model
 from bert_tasks.inference.windows import collect_window_logits
-from bert_tasks.model_dir import load_finetuned
+from bert_tasks.model_dir import ModelPolicy, load_finetuned
 from bert_tasks.runtime import resolve_mixed_precision
+from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -42,9 +43,11 @@ class Predictor:
         mixed_precision: str = "auto",
         allow_pickle: bool = False,
         quantize: str | None = None,
+        policy: ModelPolicy | None = None,
     ) -> None:
         """`quantize="int8"`: dynamic INT8 Linear layers (CPU, fp32 activations); None quantizes only a
-        dir written by `bert-tasks export --quantize`, whose policy asks for it."""
+        dir written by `bert-tasks export --quantize`, whose policy asks for it. `policy`: windows and
+        decoding options to run instead of the saved ones (`evaluate ... viterbi=false`), same task."""
         check_method(quantize)
         if quantize and mixed_precision == "bf16":
             raise BertTasksError(
@@ -55,6 +58,10 @@ class Predictor:
         self.model_version = Path(model_dir).resolve().name
         self.model, self.tokenizer, self.task = loaded.model, loaded.tokenizer, loaded.task
         self.policy, self.id2label = loaded.policy, loaded.id2label
+        if policy is not None and policy != self.policy:
+            if policy.task != self.policy.task:
+                raise ValueError(f"a {policy.task} policy for a {self.policy.task} model")
+            self.policy, self.task = policy, task_class(policy.task)(**policy.task_options)
         quantize = quantize or self.policy.quantize
         #: Weight bytes before/after quantization; None for a float model.
         self.quantized: SizeChange | None = quantize_model(self.model, quantize) if quantize else None
