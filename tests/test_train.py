@@ -324,3 +324,16 @@ def assert_same_tree(got: object, want: object, where: str) -> None:
         assert got == pytest.approx(want, rel=1e-5, abs=1e-6), where
     else:
         assert got == want, where
+
+
+def test_eval_every_longer_than_the_run_falls_back_to_each_epoch(
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Else the best checkpoint is chosen from one evaluation, at the very end."""
+    cfg = tiny_config("sentiment", tiny_model, tmp_path / "out", epochs=2, eval_every=10_000)
+    with caplog.at_level(logging.WARNING, logger="bert_tasks"):
+        run = train(cfg)
+    assert "eval_every=10000 is longer than the run" in caplog.text
+    evaluated = [record["step"] for record in read_log(run) if "eval_accuracy" in record]
+    updates = [record["step"] for record in read_log(run) if "loss" in record][-1]
+    assert evaluated == [updates // 2, updates]

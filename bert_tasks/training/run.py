@@ -215,6 +215,7 @@ class Run:
             )
         self.updates_per_epoch = math.ceil(len(self.train_batches) / cfg.grad_accum)  # per process, sharded
         self.total_updates = cfg.max_steps or max(1, math.ceil(cfg.epochs * self.updates_per_epoch))
+        self.eval_every = self._evaluation_interval()
         # Accelerate's scheduler wrapper steps once per process per update, hence the factor.
         processes = accelerator.num_processes
         warmup = int(cfg.warmup_ratio * self.total_updates) * processes
@@ -224,6 +225,19 @@ class Run:
         self.log_path = self.output_dir / "train_log.jsonl"
         with failing_together(accelerator, "recording train_log.jsonl"):
             self.output.record(self.log_path.name)
+
+    def _evaluation_interval(self) -> int:
+        """`eval_every`, or 0 (each epoch) when it is longer than the run: the best checkpoint would else be
+        chosen from one evaluation, at the very end."""
+        every = self.cfg.eval_every
+        if every > self.total_updates and self.eval_batches is not None:
+            logger.warning(
+                "eval_every=%d is longer than the run (%d updates): evaluating at each epoch's end instead",
+                every,
+                self.total_updates,
+            )
+            return 0
+        return every
 
     def _resume(self) -> None:
         """Restore model, optimizer, scheduler, RNG states, the run's state and its unlogged loss."""
@@ -322,7 +336,9 @@ class Run:
         end_of_epoch = step % self.updates_per_epoch == 0
         last = step >= self.total_updates
         evaluate = self.eval_batches is not None and (
-            last or (cfg.eval_every and step % cfg.eval_every == 0) or (not cfg.eval_every and end_of_epoch)
+            last
+            or (self.eval_every and step % self.eval_every == 0)
+            or (not self.eval_every and end_of_epoch)
         )
         save = bool(cfg.save_every and step % cfg.save_every == 0) or (cfg.save_each_epoch and end_of_epoch)
         return Due(log=step % cfg.logging_steps == 0 or last, evaluate=bool(evaluate), save=save, last=last)
