@@ -318,12 +318,24 @@ def _check_events(text: str, path: Path) -> None:
 
 
 def _parse_overrides(overrides: Sequence[str]) -> dict[str, str]:
-    parsed = {}
+    """`key=value` strings as a mapping: a key given twice is refused, as in a recipe (neither may win
+    silently), and a value wholly inside one pair of quotes (`output_dir=""` from a script) is unquoted,
+    as list items are."""
+    parsed: dict[str, str] = {}
+    given: dict[str, str] = {}
     for item in overrides:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
             raise BertTasksError(f"override {_show(item)} on the command line is not key=value; e.g. lr=3e-5")
-        parsed[key.strip()] = value.strip()
+        if key in parsed:
+            raise BertTasksError(
+                f"{_show(key)} is given twice on the command line ({_show(given[key])}, then {_show(item)}); "
+                "keep one of them"
+            )
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        parsed[key], given[key] = value, item
     return parsed
 
 
@@ -388,7 +400,10 @@ def _convert(value: Any, target: Any) -> Any:
         return value if isinstance(value, str) else None
     if typing.get_origin(target) is list:
         if isinstance(value, str):
-            value = [part.strip().strip("'\"") for part in value.strip().strip("[]").split(",")]
+            inner = value.strip().removeprefix("[").removesuffix("]")
+            if "[" in inner or "]" in inner:  # a list inside the list, as a recipe refuses it too
+                return None
+            value = [part.strip().strip("'\"") for part in inner.split(",")]
         if not isinstance(value, list) or not all(
             isinstance(v, (str, int)) and _filled(str(v)) for v in value
         ):
