@@ -119,6 +119,7 @@ class OutputDir:
         owned = listed if listed is not None else OLD_RUN_ENTRIES if is_run else frozenset()
         self._entries = {name for name in names if self._owns(name, owned)} | set(listed or ())
         if resume:
+            self._check_rewritable(sorted(self._entries & set(names)))
             return
         for read in existing:
             if os.path.commonpath([read, real]) == real:
@@ -139,6 +140,18 @@ class OutputDir:
                 "deleted, move it elsewhere or choose another output_dir"
             )
         self._previous, self._entries = names, set()
+
+    def _check_rewritable(self, names: Sequence[str]) -> None:
+        """--resume appends to the run's log and replaces its checkpoints and final files: one of them that
+        this user cannot write (read-only, immutable, another owner's) would fail after the model loaded."""
+        for name in names:
+            entry = self.path / name
+            need = os.W_OK | os.X_OK if entry.is_dir() and not entry.is_symlink() else os.W_OK
+            if not os.access(entry, need, follow_symlinks=False):
+                raise BertTasksError(
+                    f"--resume: output_dir {self.path} holds {name}, which the run writes again but this "
+                    f"user cannot write; make it writable (chmod u+w {entry}) and --resume again"
+                )
 
     def _owns(self, name: str, owned: Collection[str]) -> bool:
         """Listed entries, and the eval-* dirs `bert-tasks evaluate` writes beside a run's model."""
