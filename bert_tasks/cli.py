@@ -313,6 +313,9 @@ def _memory(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     if len(args.out) != 1:
         raise BertTasksError(f"export needs one OUT directory, got {len(args.out)}")
+    from bert_tasks.model_dir import read_policy
+
+    read_policy(args.model)  # a wrong or damaged model dir is answered before torch loads
     from bert_tasks.inference.quantize import export_quantized
 
     sizes = export_quantized(args.model, args.out[0], args.quantize)

@@ -89,7 +89,8 @@ class CommandOutput:
                 f"{self.what}: is a symbolic link (to {os.readlink(path)}); choose a new directory"
             )
         if path.exists() and not path.is_dir():
-            raise BertTasksError(f"{self.what}: exists and is not a directory; {self.todo}")
+            named = "" if self.what.endswith(str(path)) else f"{path} "  # attention names its PNG, not the dir
+            raise BertTasksError(f"{self.what}: {named}exists and is not a directory; {self.todo}")
         if self.fresh and path.is_dir() and any(path.iterdir()):
             raise BertTasksError(f"{self.what}: already exists and is not empty; choose a new directory")
 
