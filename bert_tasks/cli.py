@@ -256,12 +256,13 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace) -> None:
-    from bert_tasks.data.files import read_texts
+    from bert_tasks.data.files import check_texts_to_predict, read_texts
     from bert_tasks.model_dir import read_policy
 
     texts = list(args.texts) + (read_texts(args.file) if args.file else [])
     if not texts:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
+    check_texts_to_predict(texts)
     if args.batch_size < 1:
         raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
     model_dir = _model_dir(args)
@@ -296,6 +297,10 @@ def _attention(args: argparse.Namespace) -> None:
     text = " ".join(args.text)
     if not text.strip():
         raise BertTasksError('nothing to draw: give a text, e.g. bert-tasks attention "The patient is ill"')
+    if args.out is not None:
+        from bert_tasks.output_paths import check_png_path
+
+        check_png_path(args.out)  # before torch loads
     from bert_tasks.insight.attention_maps import draw_attention
 
     path, _ = draw_attention(text, args.model, args.layer, args.head, args.out)

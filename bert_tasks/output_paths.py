@@ -1,4 +1,4 @@
-"""The one rule every command's output directory follows (evaluate, attention, export).
+"""The one rule every command's output directory follows (evaluate, attention, export); attention's PNG path.
 
 It is checked and created before any model loads, a place that cannot hold files is refused in one line
 naming the path and the OS's reason, and a command that fails leaves no directory it created behind.
@@ -89,7 +89,7 @@ class CommandOutput:
                 f"{self.what}: is a symbolic link (to {os.readlink(path)}); choose a new directory"
             )
         if path.exists() and not path.is_dir():
-            named = "" if self.what.endswith(str(path)) else f"{path} "  # attention names its PNG, not the dir
+            named = "" if self.what.endswith(str(path)) else f"{path} "  # attention names its PNG
             raise BertTasksError(f"{self.what}: {named}exists and is not a directory; {self.todo}")
         if self.fresh and path.is_dir() and any(path.iterdir()):
             raise BertTasksError(f"{self.what}: already exists and is not empty; choose a new directory")
@@ -128,6 +128,19 @@ class CommandOutput:
         # safetensors words the OS's reason as "... I/O error: No space left on device (os error 28)".
         reason = re.sub(r"^.*I/O error: (.+?) \(os error \d+\)$", r"\1", reason)
         return BertTasksError(f"{self.what}: {what_failed} ({reason}); {self.todo}")
+
+
+def check_png_path(out: str | Path) -> None:
+    """`attention --out` names a PNG file: its extension is .png and it is no directory (needs no model:
+    the CLI checks it before torch loads)."""
+    path = Path(out)
+    if path.suffix.lower() != ".png":
+        kind = f"{path.suffix} files" if path.suffix else "a name without an extension"
+        raise BertTasksError(
+            f"attention output {out}: only PNG images are written, not {kind}; give a path ending in .png"
+        )
+    if path.is_dir():
+        raise BertTasksError(f"attention output {out}: is a directory; give a file path ending in .png")
 
 
 def write_atomically(path: Path, text: str) -> None:

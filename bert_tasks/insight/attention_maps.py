@@ -15,7 +15,7 @@ import torch
 from bert_tasks.errors import BertTasksError
 from bert_tasks.insight.plots import plot_attention_grid, plot_attention_head
 from bert_tasks.modeling.load import DEFAULT_MODEL, load_model, load_tokenizer
-from bert_tasks.output_paths import CommandOutput
+from bert_tasks.output_paths import CommandOutput, check_png_path
 
 #: Heads per row when one layer's heads are drawn as a grid.
 _HEADS_PER_ROW = 4
@@ -123,18 +123,6 @@ def draw_attention(
             out = f"attention_{'all' if index is None else f'layer{index}'}{which_head}.png"
         with target.writing():
             return _draw(maps, index, head, out)
-
-
-def check_png_path(out: str | Path) -> None:
-    """`attention --out` names a PNG file: its extension is .png and it is no directory."""
-    path = Path(out)
-    if path.suffix.lower() != ".png":
-        kind = f"{path.suffix} files" if path.suffix else "a name without an extension"
-        raise BertTasksError(
-            f"attention output {out}: only PNG images are written, not {kind}; give a path ending in .png"
-        )
-    if path.is_dir():
-        raise BertTasksError(f"attention output {out}: is a directory; give a file path ending in .png")
 
 
 def _draw(
