@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 import types
 import typing
@@ -232,7 +233,8 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
     for key in (*FILE_FIELDS, "output_dir"):
         if _filled(values.get(key)):  # a blank path stays blank, for _validate to refuse (never ".")
             path_value = Path(values[key]).expanduser()
-            values[key] = str(path_value if key == "output_dir" else path_value.resolve())
+            # absolute, not resolved: a symlink such as `<(...)`'s /dev/fd/63 stays the name it was given
+            values[key] = str(path_value if key == "output_dir" else Path(os.path.abspath(path_value)))
     sources = {
         **dict.fromkeys(task_defaults, f"from the {task} task's defaults"),
         **dict.fromkeys(from_recipe, f"in recipe {path}"),

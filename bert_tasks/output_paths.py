@@ -78,8 +78,7 @@ class CommandOutput:
 
     def _check(self) -> None:
         path = self.path
-        resolved = path.resolve()
-        kernel = next((d for d in _KERNEL_DIRS if resolved == d or d in resolved.parents), None)
+        kernel = kernel_dir(path)
         if kernel is not None:
             raise BertTasksError(
                 f"{self.what}: is under {kernel}, a kernel filesystem that holds no files; {self.todo}"
@@ -128,6 +127,12 @@ class CommandOutput:
         # safetensors words the OS's reason as "... I/O error: No space left on device (os error 28)".
         reason = re.sub(r"^.*I/O error: (.+?) \(os error \d+\)$", r"\1", reason)
         return BertTasksError(f"{self.what}: {what_failed} ({reason}); {self.todo}")
+
+
+def kernel_dir(path: Path) -> Path | None:
+    """/proc or /sys when `path` lies under one (after symlinks): a place no command's output can go."""
+    resolved = Path(os.path.realpath(path))  # unlike Path.resolve, never raises on a symlink loop
+    return next((d for d in _KERNEL_DIRS if resolved == d or d in resolved.parents), None)
 
 
 def check_png_path(out: str | Path) -> None:

@@ -11,6 +11,7 @@ path, a broken JSON line, an invisible "text" or a lone surrogate is reported th
 - `check_text`: NUL characters and lone surrogates (an unpaired `\\ud800` JSON escape, or an undecodable
   command-line byte) are refused with where they are and their character offset.
 - `check_texts_to_predict`: both rules for texts to predict, before any model loads.
+- `opens_json`: the format of a stream without a name extension, told by its first line.
 """
 
 from __future__ import annotations
@@ -76,6 +77,16 @@ def check_texts_to_predict(texts: Sequence[object]) -> None:
         if not isinstance(text, str) or is_blank(text):  # zero-width characters only are empty too
             raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
         check_text(text, f"text {index + 1}", nul=True)  # a lone surrogate: the tokenizer would choke
+
+
+def opens_json(text: str) -> bool:
+    """Whether the first line that shows something opens a JSON object or array.
+
+    How a stream without a name extension (`<(...)` is /dev/fd/63, /dev/stdin) is told apart from a
+    delimited or column file: from its content, once for the whole file.
+    """
+    first = next((line for line in _LINE_BREAK.split(text) if not is_blank(line)), "")
+    return first.lstrip().startswith(("{", "["))
 
 
 def shown(value: str) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from bert_tasks.data.files import check_text, describe, is_blank, json_records, read_utf8
+from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
@@ -119,13 +119,13 @@ def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     control and format characters only) end a sentence; `-DOCSTART-` lines are document markers and are
     skipped.
     """
-    if tag_index == 0:
-        raise BertTasksError("conll_tag_index=0 points at the token column; use the tag column (e.g. -1)")
     path = Path(path)
     return _conll_dataset(path, read_utf8(path), tag_index)
 
 
 def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
+    if tag_index == 0:
+        raise BertTasksError("conll_tag_index=0 points at the token column; use the tag column (e.g. -1)")
     repairs = _RepairLog(path)
     tokens: list[list[str]] = []
     tags: list[list[str]] = []
@@ -368,16 +368,19 @@ def read_hub_ner(
 
 
 def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
-    """Pick the reader from the extension (and, for JSON, from the fields of the first record)."""
+    """Pick the reader from the extension (and, for JSON, from the fields of the first record); a name
+    without one (a stream such as `<(...)`) is JSON when its first line opens an object, else columns."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in COLUMN_SUFFIXES:
         return read_conll(path, cfg.conll_tag_index)
-    if suffix not in JSON_SUFFIXES:
+    if suffix and suffix not in JSON_SUFFIXES:
         raise BertTasksError(
             f"{path}: unknown NER file type {suffix!r}; use {', '.join(COLUMN_SUFFIXES + JSON_SUFFIXES)}"
         )
     text = read_utf8(path)
+    if not suffix and not opens_json(text):  # a stream (`<(...)`, /dev/stdin): a column file, read once
+        return _conll_dataset(path, text, cfg.conll_tag_index)
     _, first = next(json_records(path, text), (None, None))
     if first is None:
         raise BertTasksError(f"{path}: no records found; give at least one JSON object")

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.data.files import check_text, describe, is_blank, json_records, read_utf8, shown
+from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8, shown
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
@@ -34,8 +34,10 @@ def read_text_classification(path: str | Path, text_column: str, label_column: s
 
     `.csv` uses standard CSV quoting; `.tsv` is GLUE style (header row, tab-separated, no quoting, so a
     `"` inside a sentence is just a character); `.jsonl` is one object per line; `.json` is either a JSON
-    array of objects or JSON Lines (what `Dataset.to_json` writes). Numeric labels become their integer
-    spelling ("1", "1.0", "01" and the JSON number 1.0 are all "1"); other labels are stripped strings.
+    array of objects or JSON Lines (what `Dataset.to_json` writes); a name without an extension (a stream
+    such as `<(...)`) is JSON when its first line opens an object or array, else TSV or CSV. Numeric
+    labels become their integer spelling ("1", "1.0", "01" and the JSON number 1.0 are all "1"); other
+    labels are stripped strings.
     Label spellings that differ only by case or surrounding characters (`Positive`/`positive`) stay
     separate classes, with one warning listing them.
 
@@ -46,10 +48,12 @@ def read_text_classification(path: str | Path, text_column: str, label_column: s
     """
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix not in FORMATS:  # before reading: a pipe with no usable name is not read for nothing
-        kind = f"'{suffix}'" if suffix else "(no extension)"
-        raise BertTasksError(f"{path}: unsupported file type {kind}; use one of {', '.join(FORMATS)}")
+    if suffix and suffix not in FORMATS:  # before reading: a pipe with an unusable name is not read
+        raise BertTasksError(f"{path}: unsupported file type '{suffix}'; use one of {', '.join(FORMATS)}")
     content = read_utf8(path)
+    if not suffix:  # a stream (`<(...)`, /dev/stdin) or a file without an extension: its content says
+        first = content.lstrip().partition("\n")[0]
+        suffix = ".jsonl" if opens_json(content) else ".tsv" if "\t" in first else ".csv"
     if suffix in (".csv", ".tsv"):
         delimiter = "\t" if suffix == ".tsv" else ","
         rows = _delimited_rows(path, content, delimiter, required=(text_column, label_column))

@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 
 from bert_tasks.config import DEFAULT_MODEL
 from bert_tasks.errors import BertTasksError
+from bert_tasks.model_dir import check_model_name
 from bert_tasks.modeling.patch import patch_bert
 
 logger = logging.getLogger(__name__)
@@ -76,14 +77,7 @@ def resolve_model_path(name_or_path: str | Path) -> str:
         if not (path / "config.json").is_file():
             raise BertTasksError(f"model dir {path}: no config.json; pass a saved model dir or a hub id")
         return str(path)
-    # A path that cannot be a hub id ("org/name"), or one under a local dir (`runs/ner` beside `runs/`),
-    # is a mistyped path: say so, rather than "could not connect to the hub".
-    if (
-        name.startswith((".", "/", "~"))
-        or name.count("/") > 1
-        or (name.count("/") == 1 and path.parent.is_dir())
-    ):
-        raise BertTasksError(f"model {name}: no such directory; pass a saved model dir or a hub id")
+    check_model_name(name)  # a mistyped path is said to be one, not "could not connect to the hub"
     return name  # a hub id such as bert-base-uncased: transformers resolves it (online or from cache)
 
 

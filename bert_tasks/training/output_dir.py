@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.output_paths import kernel_dir
 
 MANIFEST = ".bert-tasks-run.json"
 #: What runs wrote before manifests existed; such a run is known by the first line of its recipe.yaml.
@@ -75,6 +76,12 @@ class OutputDir:
             )
         if out.exists() and not out.is_dir():
             raise BertTasksError(f"output_dir {out} exists and is not a directory; choose another output_dir")
+        kernel = kernel_dir(out)
+        if kernel is not None:  # the rule of every command's output (output_paths)
+            raise BertTasksError(
+                f"output_dir {out} is under {kernel}, a kernel filesystem that holds no files; choose "
+                "another output_dir"
+            )
         if resume and overwrite:
             raise BertTasksError(
                 f"output_dir {out}: --resume continues its run, --overwrite replaces it; pass one"
