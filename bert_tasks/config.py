@@ -256,11 +256,16 @@ def save_config(cfg: Config, path: str | Path) -> Path:
 
 
 def _read_recipe(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise BertTasksError(f"{path}: recipe not found; check the path (relative to the current directory)")
+    """The recipe's mapping: whatever opens is read (a file, a FIFO, `<(...)`, /dev/stdin), to the limit."""
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_RECIPE_BYTES + 1)
+    except FileNotFoundError:
+        raise BertTasksError(
+            f"{path}: recipe not found; check the path (relative to the current directory)"
+        ) from None
+    except IsADirectoryError:
+        raise BertTasksError(f"{path}: is a directory, not a recipe; give the path of a .yaml file") from None
     except OSError as e:
         raise BertTasksError(f"{path}: cannot read the recipe ({e.strerror}); check its permissions") from e
     if len(raw) > MAX_RECIPE_BYTES:
