@@ -297,10 +297,6 @@ def _attention(args: argparse.Namespace) -> None:
     text = " ".join(args.text)
     if not text.strip():
         raise BertTasksError('nothing to draw: give a text, e.g. bert-tasks attention "The patient is ill"')
-    if args.out is not None:
-        from bert_tasks.output_paths import check_png_path
-
-        check_png_path(args.out)  # before torch loads
     from bert_tasks.insight.attention_maps import draw_attention
 
     path, _ = draw_attention(text, args.model, args.layer, args.head, args.out)
