@@ -30,7 +30,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.helpers import FIXTURES, fast_overrides, tiny_config
+from bert_tasks.training import train
+from tests.helpers import FIXTURES, fast_overrides, one_thread, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 #: The command as a shell line (for process substitution and FIFOs) and as an argv.
@@ -319,22 +320,24 @@ def test_paths(name: str, place: Place) -> None:
 
 
 @contextmanager
-def unwritable(folder: Path) -> Iterator[str]:
-    """`folder` made unwritable for this user, in a way its kernel enforces: immutable for root (which
-    ignores modes), mode 555 for anyone else. Yields the OS's reason. Skips where neither is possible."""
+def unwritable(path: Path) -> Iterator[str]:
+    """`path` (a file or a folder) made unwritable for this user in a way the kernel enforces: immutable
+    for root (which ignores modes), read-only modes for anyone else. Yields the OS's reason; skips where
+    neither is possible (root on a file system without `chattr +i`)."""
     if os.geteuid() != 0:
-        folder.chmod(0o555)
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
         try:
             yield "Permission denied"
         finally:
-            folder.chmod(0o755)
+            path.chmod(mode)
         return
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)]).returncode != 0:
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)]).returncode != 0:
         pytest.skip("running as root on a file system without chattr +i: no write can be refused")
     try:
         yield "Operation not permitted"
     finally:
-        subprocess.run(["chattr", "-i", str(folder)], check=True)
+        subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
 def test_unwritable_dirs_for_every_output(place: Place) -> None:
@@ -781,9 +784,6 @@ def test_a_model_dir_whose_parts_do_not_match(case: str, place: Place) -> None:
 @pytest.fixture(scope="module")
 def checkpointed(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of 5 updates with checkpoints at 4 and 5 and no metrics.json: what --resume continues."""
-    from bert_tasks.training import train
-    from tests.helpers import one_thread
-
     out = tmp_path_factory.mktemp("checkpointed") / "run"
     with one_thread():
         run_dir = train(tiny_config("sentiment", tiny_model, out, save_every=1, validation_file=None))
@@ -803,25 +803,17 @@ def resume_argv(place: Place, run_dir: Path) -> list[str]:
 
 @pytest.mark.slow  # the checkpointed run trains in this process
 def test_resume_with_a_read_only_train_log(checkpointed: Path, place: Place) -> None:
-    """A train_log.jsonl left read-only (or immutable, for root) in the run dir: --resume would rewrite it
-    after the model loaded; refused at once, naming the file and what to do, the run dir untouched."""
+    """A train_log.jsonl left read-only (immutable, for root) in the run dir: --resume would rewrite it
+    after the model loaded; refused before torch loads, naming the file and what to do, nothing changed."""
     run_dir = shutil.copytree(checkpointed, place.data / "run")
     log = run_dir / "train_log.jsonl"
-    if os.geteuid() != 0:
-        log.chmod(0o444)
-    elif shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(log)]).returncode != 0:
-        pytest.skip("running as root on a file system without chattr +i: the log stays writable")
-    try:
+    with unwritable(log):
         assert_refused(
             Call(resume_argv(place, run_dir)),
             place,
             f"--resume: output_dir {run_dir} holds train_log.jsonl, which the run writes again but this user",
             f"make it writable (chmod u+w {log}) and --resume again",
         )
-    finally:
-        if os.geteuid() == 0:
-            subprocess.run(["chattr", "-i", str(log)], check=True)
-        log.chmod(0o644)
 
 
 @pytest.mark.slow  # torch loads before the checkpoint is read
