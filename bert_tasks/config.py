@@ -215,7 +215,7 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
         task: The command's task; when the recipe (or an override) also names one, they must agree.
 
     Raises:
-        BertTasksError: Unreadable, oversized or aliased recipe, a key given twice, unknown key, badly
+        BertTasksError: Unreadable, oversized or aliased recipe, a key given twice in it, unknown key, badly
             typed, nested or empty value, conflicting task, or a value out of range (each message names
             where the value came from).
     """
@@ -325,24 +325,18 @@ def _check_events(text: str, path: Path) -> None:
 
 
 def _parse_overrides(overrides: Sequence[str]) -> dict[str, str]:
-    """`key=value` strings as a mapping: a key given twice is refused, as in a recipe (neither may win
-    silently), and a value wholly inside one pair of quotes (`output_dir=""` from a script) is unquoted,
-    as list items are."""
-    parsed: dict[str, str] = {}
-    given: dict[str, str] = {}
+    """`key=value` strings as a mapping, the last of a key winning (a script's base overrides, then the
+    user's). A value wholly inside one pair of quotes (`output_dir=""` from a script) is unquoted, as
+    list items are, so it is empty rather than a dir named `""`."""
+    parsed = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key:
             raise BertTasksError(f"override {_show(item)} on the command line is not key=value; e.g. lr=3e-5")
-        if key in parsed:
-            raise BertTasksError(
-                f"{_show(key)} is given twice on the command line ({_show(given[key])}, then {_show(item)}); "
-                "keep one of them"
-            )
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        parsed[key], given[key] = value, item
+        parsed[key] = value
     return parsed
 
 

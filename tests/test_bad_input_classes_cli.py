@@ -501,13 +501,6 @@ def duplicate_key_in_a_recipe_quoted_once(p: Place) -> tuple[Call, tuple[str, ..
     )
 
 
-def duplicate_key_on_the_command_line(p: Place) -> tuple[Call, tuple[str, ...]]:
-    return Call([*p.finetune("sentiment"), "batch_size=16"]), (
-        "'batch_size' is given twice on the command line ('batch_size=8', then 'batch_size=16')",
-        "keep one of them",
-    )
-
-
 def empty_output_dir_in_quotes(p: Place) -> tuple[Call, tuple[str, ...]]:
     """`output_dir=""` as a script passes it on (the quotes reach the program): empty, not a dir named ""."""
     return Call(p.finetune("sentiment", output_dir='""')), (
@@ -538,7 +531,6 @@ CONFIG = table(
     negative_seed_in_a_recipe,
     alias_bomb_through_a_merge_key,
     duplicate_key_in_a_recipe_quoted_once,
-    duplicate_key_on_the_command_line,
     empty_output_dir_in_quotes,
     nested_list_on_the_command_line,
     nested_mapping_for_a_path,
