@@ -157,7 +157,7 @@ def table(*cases: Case) -> dict[str, Case]:
 
 #: Cases whose command reads a valid file whole (and builds its Dataset) before it meets the bad one:
 #: about 1 s each, so they run with the slow tests.
-SLOW_CASES = {"evaluate_out_is_a_file", "no_entities_in_ner_training_data"}
+SLOW_CASES = {"no_entities_in_ner_training_data"}
 
 
 def names(cases: dict[str, Case]) -> list[Any]:
@@ -586,7 +586,7 @@ def boolean_offset_in_evaluation_data(p: Place) -> tuple[Call, tuple[str, ...]]:
         '{"text": "Aspirin helped", "spans": [{"start": 0, "end": 7, "label": "Chemical"}]}\n'
         '{"text": "Fever rose", "spans": [{"start": 0, "end": true, "label": "Disease"}]}\n',
     )
-    argv = ["evaluate", "ner", "--model", str(p.model("ner_run")), "--data", "gold.jsonl", "--out", "report"]
+    argv = ["evaluate", "ner", "--model", str(p.model("ner_run")), "--data", "gold.jsonl"]  # out: the model's
     return Call(argv), (
         f"{path}:2: span 1: end is a boolean (true), not an integer character offset",
         "fix the offsets",
