@@ -289,6 +289,17 @@ def process_substitution_training_file_is_read(p: Place) -> tuple[Call, tuple[st
     )
 
 
+def standard_input_training_file_is_read(p: Place) -> tuple[Call, tuple[str, ...]]:
+    """`cat train.jsonl | bert-tasks finetune ... train_file=/dev/stdin`: JSON Lines, told by line 1."""
+    stdin = (
+        b'{"text": "Great.", "label": "pos"}\n{"text": "Bad.", "label": "neg"}\n{"text": "", "label": "x"}\n'
+    )
+    return Call(p.finetune("sentiment", train_file="/dev/stdin"), stdin=stdin), (
+        "/dev/stdin:3: empty text in column 'text'",
+        "fill it in or drop the row",
+    )
+
+
 def process_substitution_recipe_is_read(p: Place) -> tuple[Call, tuple[str, ...]]:
     argv = shlex.join(p.finetune("sentiment"))
     shell = "{bt} " + argv + " --recipe <(printf 'weight_decay: -0.5\\n')"
@@ -310,6 +321,7 @@ PATHS = table(
     missing_model_path_for_export,
     fifo_training_file_is_read,
     process_substitution_training_file_is_read,
+    standard_input_training_file_is_read,
     process_substitution_recipe_is_read,
 )
 
