@@ -152,6 +152,8 @@ class OutputDir:
         """--resume appends to the run's log and replaces its checkpoints and final files: one of them that
         this user cannot write (read-only, immutable, another owner's) would fail after the model loaded."""
         for name in names:
+            if name.startswith("eval-"):  # evaluate's reports beside the model: a run never writes them
+                continue
             entry = self.path / name
             need = os.W_OK | os.X_OK if entry.is_dir() and not entry.is_symlink() else os.W_OK
             if not os.access(entry, need, follow_symlinks=False):
