@@ -303,12 +303,13 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace) -> None:
-    from bert_tasks.data.files import read_texts
+    from bert_tasks.data.files import check_texts_to_predict, read_texts
     from bert_tasks.model_dir import read_policy
 
     texts = list(args.texts) + (read_texts(args.file) if args.file else [])
     if not texts:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
+    check_texts_to_predict(texts)
     if args.batch_size < 1:
         raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.json and args.format not in (None, "json"):
@@ -366,6 +367,9 @@ def _memory(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     if len(args.out) != 1:
         raise BertTasksError(f"export needs one OUT directory, got {len(args.out)}")
+    from bert_tasks.model_dir import read_policy
+
+    read_policy(args.model)  # a wrong or damaged model dir is answered before torch loads
     from bert_tasks.inference.quantize import export_quantized
 
     sizes = export_quantized(args.model, args.out[0], args.quantize)

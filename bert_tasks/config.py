@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 import types
 import typing
@@ -235,7 +236,7 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
         task: The command's task; when the recipe (or an override) also names one, they must agree.
 
     Raises:
-        BertTasksError: Unreadable, oversized or aliased recipe, a key given twice, unknown key, badly
+        BertTasksError: Unreadable, oversized or aliased recipe, a key given twice in it, unknown key, badly
             typed, nested or empty value, conflicting task, or a value out of range (each message names
             where the value came from).
     """
@@ -253,7 +254,8 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
     for key in (*FILE_FIELDS, "output_dir"):
         if _filled(values.get(key)):  # a blank path stays blank, for _validate to refuse (never ".")
             path_value = Path(values[key]).expanduser()
-            values[key] = str(path_value if key == "output_dir" else path_value.resolve())
+            # absolute, not resolved: a symlink such as `<(...)`'s /dev/fd/63 stays the name it was given
+            values[key] = str(path_value if key == "output_dir" else Path(os.path.abspath(path_value)))
     sources = {
         **dict.fromkeys(task_defaults, f"from the {task} task's defaults"),
         **dict.fromkeys(from_recipe, f"in recipe {path}"),
@@ -280,11 +282,16 @@ def save_config(cfg: Config, path: str | Path, notes: Sequence[str] = ()) -> Pat
 
 
 def _read_recipe(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise BertTasksError(f"{path}: recipe not found; check the path (relative to the current directory)")
+    """The recipe's mapping: whatever opens is read (a file, a FIFO, `<(...)`, /dev/stdin), to the limit."""
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_RECIPE_BYTES + 1)
+    except FileNotFoundError:
+        raise BertTasksError(
+            f"{path}: recipe not found; check the path (relative to the current directory)"
+        ) from None
+    except IsADirectoryError:
+        raise BertTasksError(f"{path}: is a directory, not a recipe; give the path of a .yaml file") from None
     except OSError as e:
         raise BertTasksError(f"{path}: cannot read the recipe ({e.strerror}); check its permissions") from e
     if len(raw) > MAX_RECIPE_BYTES:
@@ -344,12 +351,18 @@ def _check_events(text: str, path: Path) -> None:
 
 
 def _parse_overrides(overrides: Sequence[str]) -> dict[str, str]:
+    """`key=value` strings as a mapping, the last of a key winning (a script's base overrides, then the
+    user's). A value wholly inside one pair of quotes (`output_dir=""` from a script) is unquoted, as
+    list items are, so it is empty rather than a dir named `""`."""
     parsed = {}
     for item in overrides:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
             raise BertTasksError(f"override {_show(item)} on the command line is not key=value; e.g. lr=3e-5")
-        parsed[key.strip()] = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        parsed[key] = value
     return parsed
 
 
@@ -414,7 +427,10 @@ def _convert(value: Any, target: Any) -> Any:
         return value if isinstance(value, str) else None
     if typing.get_origin(target) is list:
         if isinstance(value, str):
-            value = [part.strip().strip("'\"") for part in value.strip().strip("[]").split(",")]
+            inner = value.strip().removeprefix("[").removesuffix("]")
+            if "[" in inner or "]" in inner:  # a list inside the list, as a recipe refuses it too
+                return None
+            value = [part.strip().strip("'\"") for part in inner.split(",")]
         if not isinstance(value, list) or not all(
             isinstance(v, (str, int)) and _filled(str(v)) for v in value
         ):

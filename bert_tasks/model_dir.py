@@ -154,6 +154,24 @@ def load_finetuned(
     return FinetunedModel(path, model, tokenizer, task, policy, id2label)
 
 
+def check_model_name(name: str | Path) -> None:
+    """Refuse a model name that names no existing path but must have been meant as one.
+
+    It starts with `.`, `/` or `~`, has more than one `/`, or lies under a local dir (`runs/nre` beside
+    `runs/`): such a name is never sent to the hub, so a typo is reported as a missing directory, not as a
+    failed download. Needs no model: `train` checks it before torch loads.
+    """
+    text = str(name)
+    if Path(text).expanduser().exists() or not _mistyped_path(text):
+        return
+    raise BertTasksError(f"model {text}: no such directory; pass a saved model dir or a hub id")
+
+
+def _mistyped_path(text: str) -> bool:
+    parent_exists = text.count("/") == 1 and Path(text).expanduser().parent.is_dir()
+    return text.startswith((".", "/", "~")) or text.count("/") > 1 or parent_exists
+
+
 def local_model_dir(name: str | Path) -> Path:
     """A local model dir as given, or a hub id's files (downloaded once into the hub cache, online).
 
@@ -165,8 +183,7 @@ def local_model_dir(name: str | Path) -> Path:
     if path.is_dir():
         return path
     text = str(name)
-    looks_local = text.startswith((".", "/", "~")) or text.count("/") != 1 or path.parent.is_dir()
-    if path.exists() or looks_local or not text.strip():
+    if path.exists() or "/" not in text or _mistyped_path(text) or not text.strip():
         raise BertTasksError(
             f"model dir {text}: no such directory; pass a dir written by `bert-tasks finetune`"
         )

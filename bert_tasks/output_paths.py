@@ -1,4 +1,4 @@
-"""The one rule every command's output directory follows (evaluate, attention, export).
+"""The one rule every command's output directory follows (evaluate, attention, export); attention's PNG path.
 
 It is checked and created before any model loads, a place that cannot hold files is refused in one line
 naming the path and the OS's reason, and a command that fails leaves no directory it created behind.
@@ -78,8 +78,7 @@ class CommandOutput:
 
     def _check(self) -> None:
         path = self.path
-        resolved = path.resolve()
-        kernel = next((d for d in _KERNEL_DIRS if resolved == d or d in resolved.parents), None)
+        kernel = kernel_dir(path)
         if kernel is not None:
             raise BertTasksError(
                 f"{self.what}: is under {kernel}, a kernel filesystem that holds no files; {self.todo}"
@@ -89,7 +88,8 @@ class CommandOutput:
                 f"{self.what}: is a symbolic link (to {os.readlink(path)}); choose a new directory"
             )
         if path.exists() and not path.is_dir():
-            raise BertTasksError(f"{self.what}: exists and is not a directory; {self.todo}")
+            named = "" if self.what.endswith(str(path)) else f"{path} "  # attention names its PNG
+            raise BertTasksError(f"{self.what}: {named}exists and is not a directory; {self.todo}")
         if self.fresh and path.is_dir() and any(path.iterdir()):
             raise BertTasksError(f"{self.what}: already exists and is not empty; choose a new directory")
 
@@ -124,6 +124,25 @@ class CommandOutput:
 
     def _refusal(self, what_failed: str, error: Exception) -> BertTasksError:
         return BertTasksError(f"{self.what}: {what_failed} ({failure_reason(error)}); {self.todo}")
+
+
+def kernel_dir(path: Path) -> Path | None:
+    """/proc or /sys when `path` lies under one (after symlinks): a place no command's output can go."""
+    resolved = Path(os.path.realpath(path))  # unlike Path.resolve, never raises on a symlink loop
+    return next((d for d in _KERNEL_DIRS if resolved == d or d in resolved.parents), None)
+
+
+def check_png_path(out: str | Path) -> None:
+    """`attention --out` names a PNG file: its extension is .png and it is no directory (needs no model:
+    the CLI checks it before torch loads)."""
+    path = Path(out)
+    if path.suffix.lower() != ".png":
+        kind = f"{path.suffix} files" if path.suffix else "a name without an extension"
+        raise BertTasksError(
+            f"attention output {out}: only PNG images are written, not {kind}; give a path ending in .png"
+        )
+    if path.is_dir():
+        raise BertTasksError(f"attention output {out}: is a directory; give a file path ending in .png")
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -98,4 +98,5 @@ _QUIET_LIBRARIES = {
     "DATASETS_VERBOSITY": "error",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_HUB_VERBOSITY": "error",  # its retry warnings when offline: one line per attempt
 }

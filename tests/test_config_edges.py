@@ -384,3 +384,26 @@ def test_cli_refuses_infinite_epochs_in_one_line_before_any_output(
         "bert-tasks: error: bad config: epochs=inf, must be a finite number (on the command line)"
     ]
     assert not out.exists()
+
+
+# --- The command line follows the recipe's rules ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["label_names=[a,[b]]"], "label_names='[a,[b]]' on the command line: expected a list like [a,b]"),
+        (["label_names=[[a, b]]"], "label_names='[[a, b]]' on the command line: expected a list like [a,b]"),
+        (['output_dir=""'], "bad config: output_dir='', must not be empty"),
+        (["model=' '"], "bad config: model=' ', must not be empty"),
+    ],
+)
+def test_nested_and_quoted_empty_overrides(overrides: list[str], expected: str) -> None:
+    """A list inside a list is refused as in a recipe; a value in one pair of quotes is unquoted, as list
+    items are, so `output_dir=""` is empty, not a dir named `""`."""
+    assert refusal(None, overrides).startswith(expected)
+
+
+def test_quoted_values_are_unquoted_once() -> None:
+    cfg = load_recipe(None, ["output_dir='runs/x'", 'metric_for_best="accuracy"'], task="sentiment")
+    assert (cfg.output_dir, cfg.metric_for_best) == ("runs/x", "accuracy")

@@ -10,6 +10,8 @@ path, a broken JSON line, an invisible "text" or a lone surrogate is reported th
   marks) characters is empty.
 - `check_text`: NUL characters and lone surrogates (an unpaired `\\ud800` JSON escape, or an undecodable
   command-line byte) are refused with where they are and their character offset.
+- `check_texts_to_predict`: both rules for texts to predict, before any model loads.
+- `opens_json`: the format of a stream without a name extension, told by its first line.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import re
 import sys
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,26 @@ def check_text(text: str, where: str, what: str = "the text", *, nul: bool = Fal
         "pair, not a character: an unpaired \\u escape in JSON, or a byte that is not UTF-8); "
         "fix the text or re-save it as UTF-8"
     )
+
+
+def check_texts_to_predict(texts: Sequence[object]) -> None:
+    """The rule for texts to predict, from arguments, a file or Python: each is a string that shows
+    something (`is_blank`) and holds no lone surrogate. Needs no model, so the CLI applies it before the
+    model loads."""
+    for index, text in enumerate(texts):
+        if not isinstance(text, str) or is_blank(text):  # zero-width characters only are empty too
+            raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
+        check_text(text, f"text {index + 1}", nul=True)  # a lone surrogate: the tokenizer would choke
+
+
+def opens_json(text: str) -> bool:
+    """Whether the first line that shows something opens a JSON object or array.
+
+    How a stream without a name extension (`<(...)` is /dev/fd/63, /dev/stdin) is told apart from a
+    delimited or column file: from its content, once for the whole file.
+    """
+    first = next((line for line in _LINE_BREAK.split(text) if not is_blank(line)), "")
+    return first.lstrip().startswith(("{", "["))
 
 
 def shown(value: str) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import regex
 
-from bert_tasks.data.files import check_text, describe, is_blank, json_records, read_utf8
+from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
@@ -122,13 +122,13 @@ def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     control and format characters only) end a sentence; `-DOCSTART-` lines are document markers and are
     skipped.
     """
-    if tag_index == 0:
-        raise BertTasksError("conll_tag_index=0 points at the token column; use the tag column (e.g. -1)")
     path = Path(path)
     return _conll_dataset(path, read_utf8(path), tag_index)
 
 
 def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
+    if tag_index == 0:
+        raise BertTasksError("conll_tag_index=0 points at the token column; use the tag column (e.g. -1)")
     repairs = _RepairLog(path)
     tokens: list[list[str]] = []
     tags: list[list[str]] = []
@@ -422,12 +422,18 @@ def read_hub_ner(
 
 
 def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
-    """Read one NER file in `cfg.format`; `auto` picks by extension, and JSON by its first record's fields."""
+    """Read one NER file in `cfg.format`; `auto` picks by extension, JSON by its first record's fields, and
+    a name without an extension (a stream such as `<(...)`) is JSON when its first line opens an object,
+    else columns."""
     path = Path(path)
     fmt = cfg.format if cfg.format != "auto" else _format_of_suffix(path)
     if fmt == "conll":
         return read_conll(path, cfg.conll_tag_index)
     text = read_utf8(path)  # read once and parsed here: a FIFO or `<(...)` can be read only once
+    if fmt is None:  # no extension: its first line says
+        if not opens_json(text):
+            return _conll_dataset(path, text, cfg.conll_tag_index)
+        fmt = "json"
     if fmt == "json":
         fmt = _format_of_record(path, text, cfg)
     if fmt == "jsonl-tokens":
@@ -443,13 +449,15 @@ def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
     return spans_dataset(path, examples[fmt](path, text, cfg.text_column))  # fmt: checked by Config
 
 
-def _format_of_suffix(path: Path) -> str:
-    """`conll` or `json` (decided by content) from the extension, or a one-line error."""
+def _format_of_suffix(path: Path) -> str | None:
+    """`conll` or `json` (decided by content) from the extension, None without one, or a one-line error."""
     suffix = path.suffix.lower()
     if suffix in COLUMN_SUFFIXES:
         return "conll"
     if suffix in JSON_SUFFIXES:
         return "json"
+    if not suffix:
+        return None
     raise BertTasksError(
         f"{path}: unknown NER file type {suffix!r}; use {', '.join(COLUMN_SUFFIXES + JSON_SUFFIXES)}, or "
         "name the format (e.g. format=conll)"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT, choose_columns, column_indexes, positions
-from bert_tasks.data.files import check_text, describe, is_blank, json_records, read_utf8, shown
+from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8, shown
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.errors import BertTasksError
 
@@ -49,11 +49,13 @@ def read_text_classification(
 
     `csv` uses standard CSV quoting; `tsv` (`.tsv`, `.txt`) is GLUE style (tab-separated, no quoting, so
     a `"` inside a sentence is just a character); `json` (`.jsonl`, `.json`) is JSON Lines or a JSON array
-    of objects. `format` other than `auto` reads any extension as that format. CSV/TSV files open with a
-    header row unless `header=False`; then the columns are 0-based indexes (data/columns.py has the rule,
-    and the guess of a column left at its default name). Labels are normalised by `_label`; spellings
-    that `_label` reads as one label (`1`/`1.0`, `True`/`true`) get one warning, and spellings that differ
-    only by case or surrounding characters (`Positive`/`positive`) stay separate classes with another.
+    of objects. `format` other than `auto` reads any extension as that format; a name without an
+    extension (a stream such as `<(...)`) is JSON when its first line opens an object or array, else TSV
+    (a tab in the first line) or CSV. CSV/TSV files open with a header row unless `header=False`; then
+    the columns are 0-based indexes (data/columns.py has the rule, and the guess of a column left at its
+    default name). Labels are normalised by `_label`; spellings that `_label` reads as one label
+    (`1`/`1.0`, `True`/`true`) get one warning, and spellings that differ only by case or surrounding
+    characters (`Positive`/`positive`) stay separate classes with another.
 
     Raises:
         BertTasksError: Unreadable, empty or non-UTF-8 file, a missing column, a column index out of range,
@@ -63,8 +65,9 @@ def read_text_classification(
     """
     path = Path(path)
     kind = _kind(path, file_format)  # before reading: a pipe with no usable name is not read for nothing
-    indexes = column_indexes(text_column, label_column) if not header and kind != "json" else None
     content = read_utf8(path)
+    kind = kind or _kind_of_content(content)
+    indexes = column_indexes(text_column, label_column) if not header and kind != "json" else None
     if kind == "json":
         names, rows = _json_rows(path, content, text_column, label_column)
     elif indexes is None:
@@ -91,8 +94,9 @@ def read_text_classification(
     return Dataset.from_dict({"text": texts, "label": labels})
 
 
-def _kind(path: Path, file_format: str) -> str:
-    """`csv`, `tsv` or `json`: `file_format` when given, else the extension's."""
+def _kind(path: Path, file_format: str) -> str | None:
+    """`csv`, `tsv` or `json`: `file_format` when given, else the extension's; None for a name without
+    one (a stream such as `<(...)`, /dev/stdin), whose content decides (`_kind_of_content`)."""
     if file_format != "auto":
         if file_format not in FILE_FORMATS:
             raise BertTasksError(
@@ -100,6 +104,8 @@ def _kind(path: Path, file_format: str) -> str:
             )
         return file_format
     suffix = path.suffix.lower()
+    if not suffix:
+        return None
     if suffix not in SUFFIX_FORMATS:
         found = f"'{suffix}'" if suffix else "(no extension)"
         raise BertTasksError(
@@ -107,6 +113,13 @@ def _kind(path: Path, file_format: str) -> str:
             "format (format=csv, tsv or json)"
         )
     return SUFFIX_FORMATS[suffix]
+
+
+def _kind_of_content(content: str) -> str:
+    """JSON when the first line opens an object or array, else TSV (a tab in the first line) or CSV."""
+    if opens_json(content):
+        return "json"
+    return "tsv" if "\t" in content.lstrip().partition("\n")[0] else "csv"
 
 
 def read_hub_text_classification(

@@ -123,10 +123,11 @@ def evaluate_file(
     scores the dynamically quantized model, to see what quantization costs. `allow_pickle`: also load
     pickle-based weights. The report for people is `task.render_metrics(metrics)` (the CLI prints it).
     """
-    raw, policy = read_labelled_file(model_dir, data_file, overrides, task)
+    read_policy(local_model_dir(model_dir), task)  # a wrong model dir before anything is created
     with CommandOutput(
         out_dir, f"evaluate output {out_dir}", "pass --out a directory you can write to"
-    ) as out:
+    ) as out:  # the output path before the data: reading them loads `datasets`; a bad file undoes the dir
+        raw, policy = read_labelled_file(model_dir, data_file, overrides, task)
         from bert_tasks.inference.predictor import Predictor  # torch and transformers: once the data is good
 
         predictor = Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle, policy=policy)

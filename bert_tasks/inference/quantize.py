@@ -4,6 +4,9 @@ Dynamic quantization stores Linear weights as int8 (one scale per output channel
 activations on the fly, batch by batch: no calibration data, CPU only, ~4x smaller Linear weights and
 faster int8 matmuls. It uses torch's eager-mode `torch.ao.quantization.quantize_dynamic`: deprecated in
 favour of torchao (an extra dependency), but still shipped and working in torch 2.13.
+
+torch is imported inside the functions that use it, so `export`'s output dir and model dir are checked
+before it loads.
 """
 
 from __future__ import annotations
@@ -14,14 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
-from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, load_finetuned
 
 if TYPE_CHECKING:
+    from torch import nn
     from transformers import PreTrainedModel
 
 #: Files of a model dir that travel with an export besides weights, config and tokenizer.
@@ -57,6 +57,9 @@ def quantize_model(model: PreTrainedModel, method: str = "int8") -> SizeChange:
     (tiny, and the logits are where rounding shows most). Per-channel scales keep the rounding error of
     each output unit proportional to its own weights, which keeps predictions on the fp32 model's side.
     """
+    from torch import nn
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
     check_method(method)
     before = weight_bytes(model)
     with warnings.catch_warnings():  # deprecation notices about torch.ao, not about anything users do
@@ -73,6 +76,8 @@ def weight_bytes(model: nn.Module) -> int:
     no float state_dict (the fused attention's save hook writes float query/key/value tensors it no longer
     has), and pickled sizes add framing that says nothing about memory.
     """
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}  # tied weights once
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     for module in model.modules():

@@ -3,19 +3,23 @@
 The fused attention hands out probabilities only through its math path (`output_attentions=True`), which
 mirrors transformers' eager attention op for op, so a heatmap shows the very numbers stock BERT computes,
 not an approximation recovered from the SDPA kernel.
+
+torch, transformers and matplotlib are imported inside the functions that use them, so `draw_attention`
+checks its output path before any of them loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
+from bert_tasks.config import DEFAULT_MODEL
 from bert_tasks.errors import BertTasksError
-from bert_tasks.insight.plots import plot_attention_grid, plot_attention_head
-from bert_tasks.modeling.load import DEFAULT_MODEL, load_model, load_tokenizer
-from bert_tasks.output_paths import CommandOutput
+from bert_tasks.output_paths import CommandOutput, check_png_path
+
+if TYPE_CHECKING:
+    import torch
 
 #: Heads per row when one layer's heads are drawn as a grid.
 _HEADS_PER_ROW = 4
@@ -49,6 +53,10 @@ def attention_maps(text: str, model: str | Path = DEFAULT_MODEL) -> AttentionMap
     """
     if not text.strip():
         raise BertTasksError("the text is empty; give at least one word to draw attention for")
+    import torch
+
+    from bert_tasks.modeling.load import load_model, load_tokenizer
+
     tokenizer = load_tokenizer(model)
     encoder = load_model(model, "base").eval()
     if getattr(encoder.config, "pruned_heads", None):
@@ -125,22 +133,12 @@ def draw_attention(
             return _draw(maps, index, head, out)
 
 
-def check_png_path(out: str | Path) -> None:
-    """`attention --out` names a PNG file: its extension is .png and it is no directory."""
-    path = Path(out)
-    if path.suffix.lower() != ".png":
-        kind = f"{path.suffix} files" if path.suffix else "a name without an extension"
-        raise BertTasksError(
-            f"attention output {out}: only PNG images are written, not {kind}; give a path ending in .png"
-        )
-    if path.is_dir():
-        raise BertTasksError(f"attention output {out}: is a directory; give a file path ending in .png")
-
-
 def _draw(
     maps: AttentionMaps, index: int | None, head: int | None, out: str | Path
 ) -> tuple[Path, AttentionMaps]:
     """The heatmap(s) of `maps`: one head, one layer's heads as a grid, or every layer (`index` None)."""
+    from bert_tasks.insight.plots import plot_attention_grid, plot_attention_head
+
     heads = list(range(maps.num_heads)) if head is None else [head]
     layers = list(range(maps.num_layers)) if index is None else [index]
     probs = maps.probs[layers][:, heads].numpy()  # [L', H', T, T]

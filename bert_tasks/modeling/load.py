@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from bert_tasks.config import DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
 from bert_tasks.errors import BertTasksError
+from bert_tasks.model_dir import check_model_name
 
 if TYPE_CHECKING:  # the model code loads with the first model: a tokenizer alone (debug data) skips it
     from torch import nn
@@ -82,14 +83,7 @@ def resolve_model_path(name_or_path: str | Path) -> str:
         if not (path / "config.json").is_file():
             raise BertTasksError(f"model dir {path}: no config.json; pass a saved model dir or a hub id")
         return str(path)
-    # A path that cannot be a hub id ("org/name"), or one under a local dir (`runs/ner` beside `runs/`),
-    # is a mistyped path: say so, rather than "could not connect to the hub".
-    if (
-        name.startswith((".", "/", "~"))
-        or name.count("/") > 1
-        or (name.count("/") == 1 and path.parent.is_dir())
-    ):
-        raise BertTasksError(f"model {name}: no such directory; pass a saved model dir or a hub id")
+    check_model_name(name)  # a mistyped path is said to be one, not "could not connect to the hub"
     return name  # a hub id such as bert-base-uncased: transformers resolves it (online or from cache)
 
 
@@ -99,6 +93,8 @@ def load_config(name_or_path: str | Path, **overrides: object) -> AutoConfig:
     try:
         config = AutoConfig.from_pretrained(path, **overrides)
     except (OSError, ValueError) as error:
+        if not Path(path).is_dir():
+            raise _not_local_nor_fetched(name_or_path, error) from error
         raise BertTasksError(
             f"model {name_or_path}: could not load its config ({_first_line(error)}); "
             "pass a saved model dir, or a hub id while online"
@@ -310,7 +306,9 @@ def load_tokenizer(name_or_path: str | Path = DEFAULT_MODEL) -> PreTrainedTokeni
     except Exception as error:
         # A bad file surfaces as whatever its reader raises (JSONDecodeError, KeyError, the tokenizers
         # library's plain Exception "WordPiece error: ..."), naming no file: find the file, then say so.
-        bad = _bad_tokenizer_file(directory) if directory.is_dir() else None
+        if not directory.is_dir():
+            raise _not_local_nor_fetched(name_or_path, error) from error
+        bad = _bad_tokenizer_file(directory)
         what, reason = bad if bad else (f"model {name_or_path}", None)
         raise BertTasksError(
             f"{what}: could not load the tokenizer ({reason or _first_line(error)}); copy the model's "
@@ -318,7 +316,35 @@ def load_tokenizer(name_or_path: str | Path = DEFAULT_MODEL) -> PreTrainedTokeni
         ) from error
     if not tokenizer.is_fast:
         raise BertTasksError(f"model {name_or_path}: needs a fast tokenizer (tokenizer.json)")
+    _check_core_tokens(tokenizer, directory, name_or_path)
     return tokenizer
+
+
+def _check_core_tokens(tokenizer: PreTrainedTokenizerBase, directory: Path, name: str | Path) -> None:
+    """Refuse a vocabulary without the tokens every input holds ([CLS], [SEP], [PAD], [UNK]).
+
+    transformers adds a missing one as a new token, so a short or foreign vocab.txt loads, and every
+    input then starts and ends with ids the model never saw in training: answers without an error.
+    """
+    vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=False)
+    core = [tokenizer.cls_token, tokenizer.sep_token, tokenizer.pad_token, tokenizer.unk_token]
+    missing = [token for token in core if token is not None and token not in vocab]
+    if missing:
+        files = [directory / n for n in ("tokenizer.json", "vocab.txt") if (directory / n).is_file()]
+        what = files[0] if files else f"model {name}"
+        raise BertTasksError(
+            f"{what}: the vocabulary ({len(vocab)} tokens) lacks {', '.join(missing)}, which every input "
+            "holds; copy the model's tokenizer files again (tokenizer.save_pretrained(dir))"
+        )
+
+
+def _not_local_nor_fetched(name: str | Path, error: Exception) -> BertTasksError:
+    """A name that is no local dir was tried as a hub id and failed: say both, so a mistyped path (such as
+    `models/base` where no `models/` exists) is not taken for a broken download."""
+    return BertTasksError(
+        f"model {name}: no such local directory, and not fetched from the hub ({_first_line(error)}); "
+        "check the path, or the hub id while online"
+    )
 
 
 def _bad_tokenizer_file(directory: Path) -> tuple[Path, str | None] | None:

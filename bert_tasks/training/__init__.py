@@ -2,8 +2,8 @@
 
 Everything that can be checked without a model is checked here first, before torch and transformers
 load: the output dir (taken for this run at once, so a second run on it is refused), `--resume`'s
-checkpoint, and every data file (read and validated whole). A mistake in any of them is answered in a
-second, and leaves the output dir as it was.
+checkpoint, every data file (read and validated whole) and a base model path that does not exist. A
+mistake in any of them is answered in a second, and leaves the output dir as it was.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
+from bert_tasks.model_dir import check_model_name
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
 from bert_tasks.training.output_dir import OutputDir
@@ -33,6 +34,7 @@ def train(cfg: Config) -> Path:
 
         return train_seeds(cfg, train)
     task = get_task(cfg)
+    check_model_name(cfg.model)
     output = claim_output_dir(cfg)
     try:
         raw = read_splits(task, cfg)

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.output_paths import kernel_dir
 
 MANIFEST = ".bert-tasks-run.json"
 #: What runs wrote before manifests existed; such a run is known by the first line of its recipe.yaml.
@@ -75,6 +76,12 @@ class OutputDir:
             )
         if out.exists() and not out.is_dir():
             raise BertTasksError(f"output_dir {out} exists and is not a directory; choose another output_dir")
+        kernel = kernel_dir(out)
+        if kernel is not None:  # the rule of every command's output (output_paths)
+            raise BertTasksError(
+                f"output_dir {out} is under {kernel}, a kernel filesystem that holds no files; choose "
+                "another output_dir"
+            )
         if resume and overwrite:
             raise BertTasksError(
                 f"output_dir {out}: --resume continues its run, --overwrite replaces it; pass one"
@@ -119,6 +126,7 @@ class OutputDir:
         owned = listed if listed is not None else OLD_RUN_ENTRIES if is_run else frozenset()
         self._entries = {name for name in names if self._owns(name, owned)} | set(listed or ())
         if resume:
+            self._check_rewritable(sorted(self._entries & set(names)))
             return
         for read in existing:
             if os.path.commonpath([read, real]) == real:
@@ -139,6 +147,20 @@ class OutputDir:
                 "deleted, move it elsewhere or choose another output_dir"
             )
         self._previous, self._entries = names, set()
+
+    def _check_rewritable(self, names: Sequence[str]) -> None:
+        """--resume appends to the run's log and replaces its checkpoints and final files: one of them that
+        this user cannot write (read-only, immutable, another owner's) would fail after the model loaded."""
+        for name in names:
+            if name.startswith("eval-"):  # evaluate's reports beside the model: a run never writes them
+                continue
+            entry = self.path / name
+            need = os.W_OK | os.X_OK if entry.is_dir() and not entry.is_symlink() else os.W_OK
+            if not os.access(entry, need, follow_symlinks=False):
+                raise BertTasksError(
+                    f"--resume: output_dir {self.path} holds {name}, which the run writes again but this "
+                    f"user cannot write; make it writable (chmod u+w {entry}) and --resume again"
+                )
 
     def _owns(self, name: str, owned: Collection[str]) -> bool:
         """Listed entries, and the eval-* dirs `bert-tasks evaluate` writes beside a run's model."""

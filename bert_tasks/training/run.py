@@ -145,10 +145,10 @@ class Run:
                 for split, data in raw.items()
             }
         run._load_model()
-        run._write_recipe()
         run._prepare_training()
         if cfg.resume:
             run._resume()
+        run._write_recipe()  # only now: a model or checkpoint that does not load leaves output_dir as it was
         run._log_start()
         return run
 
@@ -180,10 +180,11 @@ class Run:
         self.model = model
 
     def _write_recipe(self) -> None:
-        """Replace the previous run (on `overwrite`) and write recipe.yaml, once data and model loaded.
+        """Replace the previous run (on `overwrite`) and write recipe.yaml, once data, model and (on
+        `resume`) checkpoint loaded.
 
-        So a bad file or model dir leaves `output_dir` as it was. Only the main process deletes and
-        writes: several processes deleting one tree race each other. recipe.yaml records the run, not how
+        So a bad file, model dir or checkpoint leaves `output_dir` as it was. Only the main process deletes
+        and writes: several processes deleting one tree race each other. recipe.yaml records the run, not how
         this command started it (`resume`, `overwrite`): the precision Accelerate runs (never `auto`) and,
         as a comment, the library versions; reusing it as a recipe repeats the run, never resumes or deletes.
         """
@@ -196,7 +197,7 @@ class Run:
             if self.accelerator.is_main_process:
                 if self.cfg.overwrite:
                     self.output.clear_previous()
-                self.output.record("recipe.yaml")
+                self.output.record("recipe.yaml", self.log_path.name)
                 save_config(self.recipe, self.output_dir / "recipe.yaml", [versions_note(self.versions)])
 
     def _prepare_training(self) -> None:
@@ -223,8 +224,6 @@ class Run:
         self.scheduler = accelerator.prepare(schedule)
         self.window = LossWindow(torch.zeros((), device=accelerator.device))
         self.log_path = self.output_dir / "train_log.jsonl"
-        with failing_together(accelerator, "recording train_log.jsonl"):
-            self.output.record(self.log_path.name)
 
     def _evaluation_interval(self) -> int:
         """`eval_every`, or 0 (each epoch) when it is longer than the run: the best checkpoint would else be

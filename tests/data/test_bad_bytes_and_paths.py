@@ -371,3 +371,36 @@ def test_check_text_for_command_line_texts() -> None:
     assert (
         check_text("Fever 🤒 \u200f مريض", "text 1") == "Fever 🤒 \u200f مريض"
     )  # paired surrogates are fine
+
+
+@pytest.mark.parametrize(
+    ("reader", "content", "expected"),
+    [
+        ("sentiment", b"text,label\nGreat.,pos\nBad.,neg\n", ["pos", "neg"]),
+        ("sentiment", b'text\tlabel\nA "quoted" word\tpos\n', ["pos"]),
+        ("sentiment", b'\n{"text": "Great.", "label": "pos"}\n', ["pos"]),
+        ("ner", b"Aspirin\tB-Chemical\nhelped\tO\n", [["B-Chemical", "O"]]),
+        ("ner", b'{"tokens": ["Aspirin"], "tags": ["B-Chemical"]}\n', [["B-Chemical"]]),
+    ],
+)
+def test_a_pipe_without_an_extension_is_told_by_its_first_line(
+    reader: str, content: bytes, expected: list[object]
+) -> None:
+    """`train_file=<(...)` is /dev/fd/N: no extension, readable once; JSON when its first line opens an
+    object or array, else TSV (a tab in the header) or CSV, or a column file for NER."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, content)
+        os.close(write_end)
+        data = READERS[reader](Path(f"/dev/fd/{read_end}"))
+        assert data["label" if reader == "sentiment" else "tags"] == expected  # type: ignore[index]
+    finally:
+        os.close(read_end)
+
+
+def test_a_config_path_keeps_the_name_it_was_given() -> None:
+    """Not resolved through symlinks: /dev/fd/N stays /dev/fd/N (resolved, it is `pipe:[...]`)."""
+    from bert_tasks.config import load_recipe
+
+    cfg = load_recipe(None, ["train_file=/dev/fd/0"], task="sentiment")
+    assert cfg.train_file == "/dev/fd/0"
