@@ -64,10 +64,12 @@ def read_text_classification(
             rows, or malformed JSON, each naming `file:line`.
     """
     path = Path(path)
-    kind = _kind(path, file_format)  # before reading: a pipe with no usable name is not read for nothing
+    # Before reading: a pipe with no usable name, or a bad index, is not read for nothing.
+    kind = _kind(path, file_format)
+    indexes = column_indexes(text_column, label_column) if not header and kind != "json" else None
     content = read_utf8(path)
     kind = kind or _kind_of_content(content)
-    indexes = column_indexes(text_column, label_column) if not header and kind != "json" else None
+    indexes = None if kind == "json" else indexes
     if kind == "json":
         names, rows = _json_rows(path, content, text_column, label_column)
     elif indexes is None:
