@@ -2,7 +2,8 @@
 
 Everything that can be checked without a model is checked here first, before torch and transformers
 load: the output dir (taken for this run at once, so a second run on it is refused), `--resume`'s
-checkpoint, and every data file (read and validated whole). A mistake in any of them is answered in a
+checkpoint, the trackers `report_to` names (installed, and a logs/ dir of the run's own to write into),
+and every data file (read and validated whole). A mistake in any of them is answered in a
 second, and leaves the output dir as it was.
 """
 
@@ -17,6 +18,7 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
 from bert_tasks.training.output_dir import OutputDir
+from bert_tasks.training.trackers import LOGS_DIR, check_logs_dir, resolve_trackers
 
 if TYPE_CHECKING:
     from bert_tasks.config import Config
@@ -27,6 +29,9 @@ def train(cfg: Config) -> Path:
     task = get_task(cfg)
     output = claim_output_dir(cfg)
     try:
+        # With --overwrite the claim has already refused anything foreign; what is there goes.
+        foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
+        check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
         raw = read_splits(task, cfg)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
