@@ -52,7 +52,8 @@ def resolve_trackers(report_to: str) -> tuple[str, ...]:
     if missing:
         packages = " ".join(_PACKAGES[name][1] for name in missing)
         raise BertTasksError(
-            f"report_to={report_to}: {', '.join(missing)} is not installed; pip install {packages}, "
+            f"report_to={report_to}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
+            f"installed; pip install {packages}, "
             "or drop it from report_to (report_to=none reports to no tracker)"
         )
     return tuple(name for name in TRACKERS if name in names)
