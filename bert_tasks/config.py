@@ -31,6 +31,10 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 #: The bundled default's id on the Hugging Face Hub (what a model card names as its base model).
 DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MIXED_PRECISION = ("auto", "bf16", "fp16", "no")
+#: The experiment trackers `report_to` may name (through Accelerate; bert_tasks/training/trackers.py).
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+#: What `report_to` takes alone: tensorboard when installed, every installed tracker, none.
+REPORT_TO_WORDS = ("auto", "all", "none")
 #: BERT's learned position embeddings stop at 512.
 MAX_POSITIONS = 512
 #: Fields holding paths to local data files: `~` is expanded and relative paths are made absolute.
@@ -136,6 +140,11 @@ class Config:
     keep_checkpoints: int = _key(2, "how many of the newest checkpoints to keep (best/ apart)")
     logging_steps: int = _key(20, "a log record every N updates")
     early_stopping_patience: int = _key(0, "stop after N evaluations without improvement (0 = off)")
+    report_to: str = _key(
+        "auto",
+        "experiment trackers: auto (tensorboard when installed), none, all (every installed one), or "
+        "tensorboard, wandb, mlflow, or a comma list of them",
+    )
     metric_for_best: str | None = _key(
         None, "the metric that picks the best checkpoint (task default: accuracy / f1)"
     )
@@ -589,6 +598,11 @@ def _validate(cfg: Config) -> None:
         ),
         ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"must be one of {', '.join(metrics)}"),
         ("format", cfg.format in formats, f"must be one of {', '.join(formats)} for {cfg.task} data"),
+        (
+            "report_to",
+            _report_to_ok(cfg.report_to),
+            f"must be one of {', '.join(REPORT_TO_WORDS)}, or a comma list of {', '.join(TRACKERS)}",
+        ),
     ]
     for key, ok, rule in checks:
         if not ok:
@@ -605,6 +619,14 @@ def _blank_rule(key: str) -> str:
     optional = type(None) in typing.get_args(_TYPES[key])
     unset = f"or {key}=none to unset it" if optional else "or leave the key out for the default"
     return f"must not be empty: give a value, {unset}"
+
+
+def _report_to_ok(value: str) -> bool:
+    """`auto`, `all` or `none` alone, or distinct tracker names; whether they are installed is train()'s."""
+    names = [name.strip() for name in value.split(",")]
+    if len(names) == 1 and names[0] in REPORT_TO_WORDS:
+        return True
+    return all(name in TRACKERS for name in names) and len(set(names)) == len(names)
 
 
 def _distinct(names: list[Any]) -> bool:

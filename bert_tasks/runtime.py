@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from functools import cache
 
 _M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
@@ -23,6 +24,27 @@ def progress_bars_wanted() -> bool:
     """Progress bars go with the library's INFO lines: `--quiet` (or a `bert_tasks` logger set to WARNING
     or above by a program) hides both; a logger left unset, as in a notebook, shows them."""
     return logging.getLogger("bert_tasks").level <= logging.INFO
+
+
+def logs_above_progress_bars() -> AbstractContextManager[None]:
+    """Console log lines go through `tqdm.write` while bars live: above the bar, never through it.
+
+    Only the loggers from `bert_tasks` up to the root that hold a console handler are redirected:
+    `logging_redirect_tqdm` adds a handler to each logger it is given, and one added to a logger that
+    had none would print every record a second time (to stdout, its default).
+    """
+    from tqdm.contrib.logging import logging_redirect_tqdm  # here: the CLI imports this module at start-up
+
+    loggers, current = [], logging.getLogger("bert_tasks")
+    while current is not None:
+        if any(_is_console(handler) for handler in current.handlers):
+            loggers.append(current)
+        current = current.parent if current.propagate else None
+    return logging_redirect_tqdm(loggers) if loggers else nullcontext()
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stdout, sys.stderr)
 
 
 def resolve_mixed_precision(requested: str) -> str:

@@ -33,6 +33,8 @@ LABELS = {
 #: Settings that keep a run at a few seconds: one short epoch, small windows, a log record every step.
 FAST = {"epochs": "1", "batch_size": "8", "eval_batch_size": "16", "max_length": "32", "stride": "8"}
 FAST |= {"logging_steps": "1", "mixed_precision": "no", "warmup_ratio": "0"}
+#: No tracker files: the tests of trackers (tests/training/test_trackers.py) ask for them.
+FAST |= {"report_to": "none"}
 
 #: ~65 words of sentiment text: three or more windows at max_length=32.
 LONG_REVIEW = " ".join(

@@ -2,8 +2,9 @@
 
 Everything that can be checked without a model is checked here first, before torch and transformers
 load: the output dir (taken for this run at once, so a second run on it is refused), `--resume`'s
-checkpoint, every data file (read and validated whole) and a base model path that does not exist. A
-mistake in any of them is answered in a second, and leaves the output dir as it was.
+checkpoint, the trackers `report_to` names (installed, and a logs/ dir of the run's own to write into),
+every data file (read and validated whole) and a base model path that does not exist. A mistake in any
+of them is answered in a second, and leaves the output dir as it was.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from bert_tasks.model_dir import check_model_name
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
 from bert_tasks.training.output_dir import OutputDir
+from bert_tasks.training.trackers import LOGS_DIR, check_logs_dir, resolve_trackers
 
 if TYPE_CHECKING:
     from bert_tasks.config import Config
@@ -37,6 +39,9 @@ def train(cfg: Config) -> Path:
     check_model_name(cfg.model)
     output = claim_output_dir(cfg)
     try:
+        # With --overwrite the claim has already refused anything foreign; what is there goes.
+        foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
+        check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
         raw = read_splits(task, cfg)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")

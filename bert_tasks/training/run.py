@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import set_seed
+from accelerate.utils import ProjectConfiguration, set_seed
 from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
@@ -46,7 +46,7 @@ from bert_tasks.model_card import (
 from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
 from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
-from bert_tasks.runtime import progress_bars_wanted, resolve_mixed_precision
+from bert_tasks.runtime import logs_above_progress_bars, progress_bars_wanted, resolve_mixed_precision
 from bert_tasks.tasks.base import Task
 from bert_tasks.training.checkpoints import (
     BEST_DIR,
@@ -62,6 +62,14 @@ from bert_tasks.training.checkpoints import (
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.stopping import StopSignals, TrainingInterrupted
 from bert_tasks.training.together import failing_together
+from bert_tasks.training.trackers import (
+    LOGS_DIR,
+    PROJECT,
+    hyperparameters,
+    resolve_trackers,
+    tracker_options,
+    tracker_scalars,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +157,7 @@ class Run:
         if cfg.resume:
             run._resume()
         run._write_recipe()  # only now: a model or checkpoint that does not load leaves output_dir as it was
+        run._start_trackers()
         run._log_start()
         return run
 
@@ -159,6 +168,7 @@ class Run:
         # notebook, the test suite) with another mixed_precision would be refused. Reset it, keeping the
         # process group.
         AcceleratorState._reset_state(reset_partial_state=False)
+        self.trackers = resolve_trackers(self.cfg.report_to)
         self.accelerator = Accelerator(
             # Without cpu=True, processes launched on a machine with no GPU (`accelerate launch
             # --multi_gpu`, torchrun) would each train alone on all the data instead of joining one gloo
@@ -166,6 +176,10 @@ class Run:
             cpu=not torch.accelerator.is_available(),
             mixed_precision=resolve_mixed_precision(self.cfg.mixed_precision),
             gradient_accumulation_steps=self.cfg.grad_accum,
+            log_with=list(self.trackers) or None,
+            project_config=ProjectConfiguration(
+                project_dir=str(self.output_dir), logging_dir=str(self.output_dir / LOGS_DIR)
+            ),
         )
 
     def _load_model(self) -> None:
@@ -189,7 +203,11 @@ class Run:
         as a comment, the library versions; reusing it as a recipe repeats the run, never resumes or deletes.
         """
         self.recipe = replace(
-            self.cfg, resume=False, overwrite=False, mixed_precision=self.accelerator.mixed_precision
+            self.cfg,
+            resume=False,
+            overwrite=False,
+            mixed_precision=self.accelerator.mixed_precision,
+            report_to=",".join(self.trackers) or "none",
         )
         self.versions = library_versions()
         self.accelerator.wait_for_everyone()  # every process has looked before the main one changes anything
@@ -254,6 +272,26 @@ class Run:
                 history = "".join(json.dumps(record) + "\n" for record in self.state.history)
                 self.log_path.write_text(history)
 
+    def _start_trackers(self) -> None:
+        """Start Accelerate's trackers (main process), after `overwrite` cleared the previous run's logs/.
+
+        A resumed run's TensorBoard already holds the original run's hyper-parameters: only trackers that
+        start a new run of their own (wandb, MLflow) are given them again.
+        """
+        if not self.trackers:
+            return
+        accelerator, options = self.accelerator, {}
+        with failing_together(accelerator, "starting the trackers"):
+            if accelerator.is_main_process:
+                self.output.record(LOGS_DIR)
+                (self.output_dir / LOGS_DIR).mkdir(exist_ok=True)
+                options = tracker_options(self.trackers, self.output_dir, self.state.global_step + 1)
+                accelerator.init_trackers(PROJECT, init_kwargs=options)
+                params = hyperparameters(self.recipe)
+                for tracker in accelerator.trackers:
+                    if not (self.cfg.resume and tracker.name == "tensorboard"):
+                        tracker.store_init_configuration(params)
+
     def _log_start(self) -> None:
         if not self.accelerator.is_main_process:
             return
@@ -265,7 +303,7 @@ class Run:
             f"{accelerator.num_processes} process(es) on {accelerator.device} | "
             f"batch {cfg.batch_size} per device x accum {cfg.grad_accum} = effective {effective} | "
             f"{self.total_updates} updates | precision {accelerator.mixed_precision} | "
-            f"output {self.output_dir}"
+            f"output {self.output_dir} | trackers {', '.join(self.trackers) or 'none'}"
         )
 
     # The loop.
@@ -280,7 +318,7 @@ class Run:
         )
         # A run checkpointed at its very end (Ctrl-C at the last update) has only `finish` left to do.
         self.stopped = self.state.global_step >= self.total_updates or self._out_of_patience()
-        with StopSignals(self.accelerator) as self.signals, progress:
+        with StopSignals(self.accelerator) as self.signals, progress, logs_above_progress_bars():
             self.progress = progress
             while not self.stopped:
                 self.model.train()
@@ -365,8 +403,21 @@ class Run:
         scores = self._scores(self.eval_batches, "validation")
         self._keep_if_best(scores)
         self._append_log({"step": self.state.global_step, **_prefixed(scores, "eval")})
+        if self.accelerator.is_main_process:
+            logger.info(self._evaluation_line(scores))
         self.model.train()
         self.window.started += time.perf_counter() - started  # throughput counts training time only
+
+    def _evaluation_line(self, scores: dict[str, Any]) -> str:
+        """`step 250/6315 (epoch 1.19) | validation accuracy 0.8620, macro_f1 0.8617 | best accuracy 0.8620
+        (step 250)`: what Trainer, spaCy and Flair print after each evaluation."""
+        state, metric = self.state, self.metric_name
+        epoch = state.global_step / self.updates_per_epoch
+        return (
+            f"step {state.global_step}/{self.total_updates} (epoch {epoch:.2f}) | "
+            f"validation {_scalars(scores, self.task.metric_names)} | "
+            f"best {metric} {state.best_metric:.4f} (step {state.best_step})"
+        )
 
     def _keep_if_best(self, scores: dict[str, Any]) -> None:
         """Save the weights when the metric improves; stop once early stopping's patience is spent."""
@@ -417,11 +468,13 @@ class Run:
         )
 
     def _append_log(self, record: dict[str, Any]) -> None:
+        """One record to train_log.jsonl and the same scalars, at the same step, to the trackers."""
         self.state.history.append(record)
         with failing_together(self.accelerator, "writing train_log.jsonl"):
             if self.accelerator.is_main_process:
                 with self.log_path.open("a") as log:
                     log.write(json.dumps(record) + "\n")
+                self.accelerator.log(tracker_scalars(record), step=record["step"])
 
     def _diverged(self, what: str, step: int) -> BertTasksError:
         """The one line for a NaN/inf loss or output; best/ keeps the last finite improvement."""
@@ -465,9 +518,30 @@ class Run:
         with failing_together(accelerator, "saving the model"):
             if accelerator.is_main_process:
                 self._save_model(unwrapped, weights, metrics)
-                _log_summary(metrics, self.metric_name, self.output_dir)
+                for line in self._summary(metrics):
+                    logger.info(line)
         self._release_processes()
         return self.output_dir
+
+    def _summary(self, metrics: dict[str, Any]) -> list[str]:
+        """The run's last lines: the best step, each split's scores, where the model is, what to run next."""
+        cfg, state, names = self.cfg, self.state, self.task.metric_names
+        if state.best_step is None:
+            lines = [f"no validation split: the model is the last step's ({state.global_step})"]
+        else:
+            lines = [f"best {self.metric_name} {state.best_metric:.4f} at step {state.best_step}"]
+        for split, role in (("validation", "picked the best step"), ("test", "held out")):
+            if split in metrics:
+                lines.append(f"{split} ({role}): {_scalars(metrics[split], names)}")
+        model = shlex.quote(str(self.output_dir))
+        data = next((path for path in (cfg.test_file, cfg.validation_file) if path is not None), None)
+        lines += [
+            f"model saved to {self.output_dir}",
+            f'next: bert-tasks predict {cfg.task} --model {model} "your text here"',
+            f"      bert-tasks evaluate {cfg.task} --model {model} --data "
+            + (shlex.quote(data) if data is not None else "FILE"),
+        ]
+        return lines
 
     def _release_processes(self) -> None:
         """Drop the prepared objects, then end the process group while every process is still there.
@@ -545,10 +619,6 @@ def _prefixed(scores: dict[str, Any], prefix: str) -> dict[str, float]:
     return {f"{prefix}_{k}": v for k, v in scores.items() if isinstance(v, int | float)}
 
 
-def _log_summary(metrics: dict[str, Any], metric_name: str, output_dir: Path) -> None:
-    for split in ("validation", "test"):
-        if split in metrics:
-            scalars = ", ".join(f"{k} {v:.4f}" for k, v in metrics[split].items() if isinstance(v, float))
-            logger.info("%s: %s", split, scalars)
-    best = f" (best {metric_name} at step {metrics['best_step']})" if metrics["best_step"] is not None else ""
-    logger.info("model saved to %s%s", output_dir, best)
+def _scalars(scores: dict[str, Any], names: tuple[str, ...]) -> str:
+    """`accuracy 0.8620, macro_f1 0.8617`: the task's named metrics, in its order."""
+    return ", ".join(f"{name} {scores[name]:.4f}" for name in names if name in scores)
