@@ -37,7 +37,8 @@ def read_labelled_file(
     directory = local_model_dir(model_dir)
     policy = read_policy(directory, task)
     recipe = directory / "recipe.yaml"
-    data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
+    data_only = ["dataset=none", "train_file=none", "validation_file=none", "validation_split=none"]
+    data_only.append("max_eval_samples=none")
     cfg = load_recipe(
         recipe if recipe.is_file() else None,
         [*data_only, *overrides, f"test_file={data_file}"],
