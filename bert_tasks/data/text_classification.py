@@ -87,7 +87,7 @@ def read_text_classification(
 
 
 def read_records(source: str, records: Records, text_column: str, label_column: str) -> Dataset:
-    """In-memory records (`data/in_memory.py`) as `text`/`label`, by the checks and messages of a JSON file."""
+    """In-memory records (`data/in_memory.py`) as `text`/`label`, by a JSON file's checks and messages."""
     texts, labels = _checked(source, *_record_rows(source, records, text_column, label_column))
     _warn_near_duplicate_labels(source, labels)
     from datasets import Dataset

@@ -1,4 +1,4 @@
-"""`validation_split=F`: carve a seeded validation set out of the training split, stratified where the task says.
+"""`validation_split=F`: carve a seeded validation set out of train, stratified where the task says so.
 
 So a recipe whose only labelled evaluation set is the one it reports (SST-2's dev) can select its
 checkpoint on rows of train and report dev as held out.
@@ -55,9 +55,9 @@ def carve_validation(
         )
     if too_rare:
         logger.info(
-            "validation_split=%g: %s too rare to split (%s); kept in train only, so validation never scores it",
+            "validation_split=%g: %s value(s) too rare to split (%s) stay in train, unscored by validation",
             share,
-            f"{stratify_by} value(s)",
+            stratify_by,
             ", ".join(f"{value!r}: {count} row(s)" for value, count in sorted(too_rare.items())),
         )
     held = np.zeros(len(train), dtype=bool)
@@ -69,7 +69,7 @@ def _groups(train: Dataset, order: np.ndarray, stratify_by: str | None) -> dict[
     """Row indexes in permutation order, per value of `stratify_by` (one group of all rows without it)."""
     if stratify_by is None:
         return {"": order.tolist()}
-    values = train[stratify_by]
+    values = train[stratify_by][:]
     groups: dict[str, list[int]] = {}
     for row in order.tolist():
         groups.setdefault(str(values[row]), []).append(row)

@@ -124,7 +124,8 @@ class Task(ABC):
         """In-memory rows (`train(cfg, data=...)`) as raw rows, through the checks files pass, errors as
         `source, row N`; a task without it says so in one line."""
         raise BertTasksError(
-            f"{source}: the {self.name} task reads no in-memory data; give files, or implement Task.read_memory"
+            f"{source}: the {self.name} task reads no in-memory data; give files, or implement "
+            "Task.read_memory"
         )
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:  # noqa: B027

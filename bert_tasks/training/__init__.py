@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from bert_tasks.data.splits import read_splits
+from bert_tasks.data.in_memory import split_data
+from bert_tasks.data.splits import read_splits, without_demo_files
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
@@ -22,17 +23,25 @@ if TYPE_CHECKING:
     from bert_tasks.config import Config
 
 
-def train(cfg: Config) -> Path:
-    """Fine-tune `cfg.model` on `cfg.task` and return the directory holding the saved model."""
+def train(cfg: Config, data: Any = None) -> Path:
+    """Fine-tune `cfg.model` on `cfg.task` and return the directory holding the saved model.
+
+    `data`: in-memory splits instead of files (`bert_tasks/data/in_memory.py`): one split (the training
+    data) or a mapping of split name -> split, each a list of records, a pandas DataFrame or a
+    `datasets.Dataset`, with the columns the config names. The task's demo files then go unused.
+    """
     task = get_task(cfg)
+    if data is not None:
+        cfg = without_demo_files(task, cfg)
     output = claim_output_dir(cfg)
     try:
-        raw = read_splits(task, cfg)
+        raw = read_splits(task, cfg, data)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
         from bert_tasks.training.run import Run  # torch, transformers, accelerate: once the input is good
 
-        run = Run.setup(cfg, task, raw, output)
+        in_memory = list(split_data(data)) if data is not None else []
+        run = Run.setup(cfg, task, raw, output, in_memory)
     except BaseException:
         output.abandon()  # a dir this run created and never wrote to goes again; the lock is released
         raise
