@@ -21,7 +21,8 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.insight.data_report import data_report
 from bert_tasks.tasks import get_task
 from bert_tasks.tasks.sentiment import SentimentTask
-from tests.helpers import DATA, write_conll, write_jsonl
+from bert_tasks.training import train
+from tests.helpers import DATA, tiny_config, write_conll, write_jsonl
 
 #: 33 rows: a 20, b 9, c 3, d 1, interleaved so no label sits in one block of the file.
 COUNTS = {"a": 20, "b": 9, "c": 3, "d": 1}
@@ -175,3 +176,20 @@ def test_ner_entity_types_are_checked_against_the_carved_train(tmp_path: Path) -
         BertTasksError, match=rf"^{train} \(validation_split=0.1\): entity type 'Chemical' never"
     ):
         split_rule.read_splits(get_task(cfg), cfg)
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_a_run_on_a_carved_split_says_so_in_its_card(tiny_model: Path, tmp_path: Path) -> None:
+    train_file = DATA["sentiment"][0]
+    cfg = tiny_config(
+        "sentiment", tiny_model, tmp_path / "run", validation_file="none", validation_split="0.25"
+    )
+    run = train(cfg)
+    card = (run / "README.md").read_text(encoding="utf-8")
+    carved = (
+        f"| validation | `{train_file}`, 0.25 of its rows carved by `validation_split`, the rest trained on"
+    )
+    carved += " | 10 |"
+    assert carved in card
+    assert f"| train | `{train_file}` | 30 |" in card
+    assert load_recipe(run / "recipe.yaml", task="sentiment").validation_split == 0.25
