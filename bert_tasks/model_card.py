@@ -77,8 +77,9 @@ def describe_data(cfg: Config, raw: dict[str, Dataset], in_memory: Collection[st
         carved = cfg.validation_split if split == "validation" else None
         origin = "train" if carved is not None else split
         path = getattr(cfg, SPLIT_FILES[origin])
-        limit = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
-        found = {"limit": limit if limit is not None and len(data) == limit else None, "carved": carved}
+        limit = cfg.max_train_samples if origin == "train" else cfg.max_eval_samples
+        read = len(data) + (len(raw["validation"]) if split == "train" and cfg.validation_split else 0)
+        found = {"limit": limit if limit is not None and read == limit else None, "carved": carved}
         if origin in in_memory:
             sources.append(DataSource(split, len(data), in_memory=True, **found))
         elif path is not None:
@@ -298,15 +299,14 @@ def _data_section(sources: Sequence[DataSource]) -> list[str]:
         "| --- | --- | --- | --- | --- |",
     ]
     for s in sources:
-        cut = (
-            f" (first {s.limit}: max_{'train' if s.split == 'train' else 'eval'}_samples)" if s.limit else ""
-        )
+        origin = "train" if s.carved else s.split  # a carved validation split came from train's source
+        capped = f"max_{'train' if origin == 'train' else 'eval'}_samples"
+        cut = f" (from the first {s.limit}: {capped})" if s.limit else ""
         carved = (
             f", {s.carved:g} of its rows carved by `validation_split`, the rest trained on"
             if s.carved
             else ""
         )
-        origin = "train" if s.carved else s.split
         if s.in_memory:
             lines.append(
                 f"| {s.split} | in memory (`train(cfg, data=...)`){carved} | {s.rows}{cut} | – | – |"

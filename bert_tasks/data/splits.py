@@ -4,7 +4,7 @@ given, else from the hub, else absent; with `validation_split`, validation is ca
 So `dataset=glue/sst2 validation_file=dev.tsv` trains on the hub's train split and validates on the
 user's file, for sentiment and NER alike. Row caps (`max_train_samples`, `max_eval_samples`) and the
 task's cross-split checks (labels the training data never shows) apply to whatever was read; the
-validation set is carved from the capped train, and capped itself.
+validation set is carved from the capped train (so train and it add up to the cap).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _carve(task: Task, cfg: Config, splits: dict[str, Dataset], sources: dict[st
         )
     train, validation = carve_validation(splits["train"], share, cfg.seed, task.stratify_by, sources["train"])
     test, test_source = splits.pop("test", None), sources.pop("test", None)
-    splits["train"], splits["validation"] = train, _capped(validation, cfg.max_eval_samples)
+    splits["train"], splits["validation"] = train, validation  # its size is the share, not max_eval_samples
     sources["validation"] = f"{sources['train']} (validation_split={share:g})"
     if test is not None:
         splits["test"], sources["test"] = test, test_source

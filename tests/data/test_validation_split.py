@@ -91,14 +91,14 @@ def test_ner_is_a_plain_seeded_sample_after_max_train_samples() -> None:
     )
 
 
-def test_the_carved_split_is_capped_and_a_test_file_stays_the_test(tmp_path: Path) -> None:
+def test_max_eval_samples_caps_the_test_file_not_the_carved_split(tmp_path: Path) -> None:
     train = labelled(tmp_path)
     data = read(
         "sentiment",
         [f"train_file={train}", f"test_file={train}", "validation_split=0.25", "max_eval_samples=3"],
     )
     assert list(data) == ["train", "validation", "test"]
-    assert (len(data["train"]), len(data["validation"]), len(data["test"])) == (25, 3, 3)
+    assert (len(data["train"]), len(data["validation"]), len(data["test"])) == (25, 8, 3)
 
 
 def test_a_validation_file_and_validation_split_together_are_one_line(tmp_path: Path) -> None:
