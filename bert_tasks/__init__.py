@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from bert_tasks.config import DEFAULT_MODEL, Config, load_recipe
     from bert_tasks.errors import BertTasksError
+    from bert_tasks.inference.evaluate import evaluate_data
     from bert_tasks.inference.predictor import EntityTagger, Predictor, SentimentClassifier
     from bert_tasks.model_dir import load_finetuned
     from bert_tasks.modeling import load_model, load_tokenizer, patch_bert
@@ -24,6 +25,7 @@ _EXPORTS = {
     "BertTasksError": "bert_tasks.errors",
     "Config": "bert_tasks.config",
     "EntityTagger": "bert_tasks.inference.predictor",
+    "evaluate_data": "bert_tasks.inference.evaluate",
     "Predictor": "bert_tasks.inference.predictor",
     "SentimentClassifier": "bert_tasks.inference.predictor",
     "Task": "bert_tasks.tasks",
@@ -43,6 +45,7 @@ __all__ = [
     "Predictor",
     "SentimentClassifier",
     "Task",
+    "evaluate_data",
     "load_finetuned",
     "load_model",
     "load_recipe",

@@ -76,6 +76,11 @@ class Config:
         None, "validation file: scored during training and used to pick the best checkpoint"
     )
     test_file: str | None = _key(None, "held-out file, scored once at the end with the best weights")
+    validation_split: float | None = _key(
+        None,
+        "carve this share of train (0-1, after max_train_samples) as the validation set, seeded by seed and "
+        "stratified by label for classification; instead of validation_file",
+    )
     text_column: str = _key(
         DEFAULT_TEXT,
         "sentiment: the text column (header name, JSON key, or 0-based index with header=false); "
@@ -259,6 +264,8 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
     if user.get("dataset") is not None or user.get("train_file") is not None:
         for key in _DEMO_KEYS:
             task_defaults.pop(key, None)
+    if user.get("validation_split") is not None:
+        task_defaults.pop("validation_file", None)  # the carved split replaces the demo's validation file
     values = {**task_defaults, **user, "task": task}
     for key in (*FILE_FIELDS, "output_dir"):
         if _filled(values.get(key)):  # a blank path stays blank, for _validate to refuse (never ".")
@@ -581,6 +588,17 @@ def _validate(cfg: Config) -> None:
         ("early_stopping_patience", *_within(cfg.early_stopping_patience, 0, MAX_COUNT, "0 = off")),
         ("max_train_samples", *_within(cfg.max_train_samples, 1, MAX_COUNT, "or none")),
         ("max_eval_samples", *_within(cfg.max_eval_samples, 1, MAX_COUNT, "or none")),
+        (
+            "validation_split",
+            cfg.validation_split is None or 0 < cfg.validation_split < 1,
+            "must be in (0, 1), the share of train to validate on, or none",
+        ),
+        (
+            "validation_split",
+            cfg.validation_split is None or cfg.validation_file is None,
+            f"but validation_file={cfg.validation_file} gives a validation set too; pick one "
+            "(validation_file=none to carve it from train, or validation_split=none)",
+        ),
         (
             "label_names",
             cfg.label_names is None or _distinct(cfg.label_names),

@@ -15,7 +15,7 @@ import importlib.metadata
 import json
 import platform
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +52,7 @@ _BUNDLED_BASE = (
 
 @dataclass(frozen=True)
 class DataSource:
-    """Where one split's rows came from: a local file (size, SHA-256) or a hub dataset split."""
+    """Where one split's rows came from: a local file (size, SHA-256), a hub dataset split, or memory."""
 
     split: str
     rows: int
@@ -63,23 +63,42 @@ class DataSource:
     hub_config: str | None = None
     #: The row cap (`max_train_samples` / `max_eval_samples`) when it cut the split.
     limit: int | None = None
+    #: Given to `train(cfg, data=...)` in memory: no file or hub split to name.
+    in_memory: bool = False
+    #: The `validation_split` share when this (validation) split was carved from train's source.
+    carved: float | None = None
 
 
-def describe_data(cfg: Config, raw: dict[str, Dataset]) -> list[DataSource]:
-    """The sources of the splits a run read, by the split rule of `data/splits.py` (file, else hub)."""
+def describe_data(cfg: Config, raw: dict[str, Dataset], in_memory: Collection[str] = ()) -> list[DataSource]:
+    """The sources of the splits a run read, by the split rule of `data/splits.py`: in memory, else file,
+    else hub; a carved validation split names train's source and its share."""
     sources = []
     for split, data in raw.items():
-        path = getattr(cfg, SPLIT_FILES[split])
-        limit = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
-        cut = limit if limit is not None and len(data) == limit else None
-        if path is not None:
+        carved = cfg.validation_split if split == "validation" else None
+        origin = "train" if carved is not None else split
+        path = getattr(cfg, SPLIT_FILES[origin])
+        limit = cfg.max_train_samples if origin == "train" else cfg.max_eval_samples
+        read = len(data) + (len(raw["validation"]) if split == "train" and cfg.validation_split else 0)
+        found = {"limit": limit if limit is not None and read == limit else None, "carved": carved}
+        if origin in in_memory:
+            sources.append(DataSource(split, len(data), in_memory=True, **found))
+        elif path is not None:
             size, digest = _file_digest(Path(path))
-            sources.append(DataSource(split, len(data), path, size, digest, limit=cut))
+            sources.append(DataSource(split, len(data), path, size, digest, **found))
         else:
             hub_path, _, hub_config = str(cfg.dataset).partition("/")
-            hub = {"hub_dataset": hub_path, "hub_config": hub_config or None}
-            sources.append(DataSource(split, len(data), **hub, limit=cut))
+            sources.append(
+                DataSource(split, len(data), hub_dataset=hub_path, hub_config=hub_config or None, **found)
+            )
     return sources
+
+
+def in_memory_note(sources: Sequence[DataSource]) -> list[str]:
+    """recipe.yaml's comment on data that no key names: rerunning the recipe needs it passed again."""
+    given = [f"{s.split} {s.rows} rows" for s in sources if s.in_memory and s.carved is None]
+    if not given:
+        return []
+    return [f"Data given in memory, not named here ({', '.join(given)}): rerun with train(cfg, data=...)"]
 
 
 def library_versions() -> dict[str, str]:
@@ -237,7 +256,7 @@ def _eval_result(
     facts: RunFacts, about: TaskCard, task: Task, split: str, metric: str, value: float
 ) -> EvalResult:
     source = next(s for s in facts.data if s.split == split)
-    dataset = source.hub_dataset or Path(str(source.file)).name
+    dataset = "in memory" if source.in_memory else source.hub_dataset or Path(str(source.file)).name
     return EvalResult(
         task_type=about.pipeline_tag or task.name,
         dataset_type=dataset,
@@ -280,14 +299,24 @@ def _data_section(sources: Sequence[DataSource]) -> list[str]:
         "| --- | --- | --- | --- | --- |",
     ]
     for s in sources:
-        cut = (
-            f" (first {s.limit}: max_{'train' if s.split == 'train' else 'eval'}_samples)" if s.limit else ""
+        origin = "train" if s.carved else s.split  # a carved validation split came from train's source
+        capped = f"max_{'train' if origin == 'train' else 'eval'}_samples"
+        cut = f" (from the first {s.limit}: {capped})" if s.limit else ""
+        carved = (
+            f", {s.carved:g} of its rows carved by `validation_split`, the rest trained on"
+            if s.carved
+            else ""
         )
-        if s.file is not None:
-            lines.append(f"| {s.split} | `{s.file}` | {s.rows}{cut} | {s.size_bytes} | `{s.sha256}` |")
+        if s.in_memory:
+            lines.append(
+                f"| {s.split} | in memory (`train(cfg, data=...)`){carved} | {s.rows}{cut} | – | – |"
+            )
+        elif s.file is not None:
+            row = f"`{s.file}`{carved} | {s.rows}{cut} | {s.size_bytes} | `{s.sha256}`"
+            lines.append(f"| {s.split} | {row} |")
         else:
             config = f", config `{s.hub_config}`" if s.hub_config else ""
-            source = f"hub dataset `{s.hub_dataset}`{config}, split `{s.split}`"
+            source = f"hub dataset `{s.hub_dataset}`{config}, split `{origin}`{carved}"
             lines.append(f"| {s.split} | {source} | {s.rows}{cut} | – | – |")
     return lines
 

@@ -32,3 +32,12 @@ def test_recipe_opens_with_the_command_that_runs_it(path: Path) -> None:
         header.append(line)
     assert header, f"{path.name} must open with a comment"
     assert any("bert-tasks " in line for line in header), f"{path.name}'s opening comment lacks its command"
+
+
+def test_the_sst2_recipe_selects_on_a_carved_split_and_holds_dev_out() -> None:
+    """SST-2's only labelled evaluation set is dev: selecting on it and reporting it would flatter it."""
+    cfg = load_recipe(
+        Path(__file__).resolve().parents[1] / "recipes" / "sentiment_sst2.yaml", task="sentiment"
+    )
+    assert cfg.validation_split == 0.05 and cfg.validation_file is None
+    assert cfg.test_file is not None and Path(cfg.test_file).name == "dev.tsv"

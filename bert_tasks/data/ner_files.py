@@ -23,6 +23,7 @@ import regex
 
 from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8
 from bert_tasks.data.hub import load_hub_split
+from bert_tasks.data.in_memory import Records
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def repair_bio(tags: list[str]) -> tuple[list[str], list[int]]:
 class _RepairLog:
     """Counts BIO repairs in one file so the user gets one warning line, not one per sentence."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path, self.count, self.first = path, 0, ""
 
     def add(self, repaired: list[int], where: list[str]) -> None:
@@ -226,9 +227,13 @@ def read_jsonl_tokens(path: str | Path, tokens_column: str = "tokens", tag_colum
 
 
 def _jsonl_tokens_dataset(path: Path, text: str, tokens_column: str, tag_column: str) -> Dataset:
-    repairs = _RepairLog(path)
+    return _tokens_dataset(path, json_records(path, text), tokens_column, tag_column)
+
+
+def _tokens_dataset(source: str | Path, records: Records, tokens_column: str, tag_column: str) -> Dataset:
+    repairs = _RepairLog(source)
     tokens, tags, repaired_tags = [], [], []
-    for where, record in json_records(path, text):
+    for where, record in records:
         words, word_tags = _tokens_and_tags(where, record, tokens_column, tag_column)
         fixed, repaired = repair_bio(word_tags)
         repairs.add(repaired, [where] * len(fixed))
@@ -351,7 +356,11 @@ SpanExample = tuple[str, str, Any]
 
 
 def _jsonl_span_examples(path: Path, raw: str, text_column: str) -> Iterator[SpanExample]:
-    for where, record in json_records(path, raw):
+    return _span_examples(json_records(path, raw), text_column)
+
+
+def _span_examples(records: Records, text_column: str) -> Iterator[SpanExample]:
+    for where, record in records:
         yield where, span_text(where, record.get(text_column), text_column), record.get("spans", [])
 
 
@@ -362,7 +371,7 @@ def span_text(where: str, text: Any, field: str) -> str:
     return check_text(text, where, f"the text in {field!r}")
 
 
-def spans_dataset(path: Path, examples: Iterable[SpanExample]) -> Dataset:
+def spans_dataset(path: str | Path, examples: Iterable[SpanExample]) -> Dataset:
     """Texts with character spans (any span format) -> words, BIO tags, texts and word offsets.
 
     Every span passes `_check_spans`; spans that cut a word are listed in one warning.
@@ -447,6 +456,24 @@ def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
         "doccano": annotation_tools.doccano_examples,
     }
     return spans_dataset(path, examples[fmt](path, text, cfg.text_column))  # fmt: checked by Config
+
+
+def read_ner_records(source: str, records: Records, cfg: Config) -> Dataset:
+    """In-memory records (`data/in_memory.py`) with tokens + tags, or text + spans, read by the checks and
+    messages of the JSONL readers; the first record's fields say which."""
+    first = next(records, None)
+    if first is None:
+        raise BertTasksError(f"{source}: no rows; give at least one annotated example")
+    rows = itertools.chain([first], records)
+    fields = first[1]
+    if cfg.tokens_column in fields:
+        return _tokens_dataset(source, rows, cfg.tokens_column, cfg.tag_column)
+    if cfg.text_column in fields and "spans" in fields:
+        return spans_dataset(source, _span_examples(rows, cfg.text_column))
+    raise BertTasksError(
+        f"{first[0]}: fields {sorted(fields)}; NER data needs {cfg.tokens_column!r} + {cfg.tag_column!r}, "
+        f"or {cfg.text_column!r} + 'spans'; set tokens_column/tag_column/text_column"
+    )
 
 
 def _format_of_suffix(path: Path) -> str | None:

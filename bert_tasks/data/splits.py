@@ -1,16 +1,20 @@
-"""The one rule for splits, shared by every task: each from its file if given, else from the hub, else absent.
+"""The one rule for splits, shared by every task: each from its file (or the library's in-memory data) if
+given, else from the hub, else absent; with `validation_split`, validation is carved from train instead.
 
 So `dataset=glue/sst2 validation_file=dev.tsv` trains on the hub's train split and validates on the
 user's file, for sentiment and NER alike. Row caps (`max_train_samples`, `max_eval_samples`) and the
-task's cross-split checks (labels the training data never shows) apply to whatever was read.
+task's cross-split checks (labels the training data never shows) apply to whatever was read; the
+validation set is carved from the capped train (so train and it add up to the cap).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bert_tasks.data.hub import hub_split_names
+from bert_tasks.data.in_memory import in_memory_source, records, split_data
+from bert_tasks.data.validation_split import carve_validation
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -23,47 +27,93 @@ if TYPE_CHECKING:
 SPLIT_FILES = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 
 
-def read_splits(task: Task, cfg: Config) -> dict[str, Dataset]:
-    """Read every split `cfg` names (by the rule above), capped and checked, in train/validation/test order.
+def read_splits(task: Task, cfg: Config, data: Any = None) -> dict[str, Dataset]:
+    """Read every split `cfg` (and in-memory `data`, see `data/in_memory.py`) names, by the rule above,
+    capped and checked, in train/validation/test order.
 
     Raises:
-        BertTasksError: No split at all, a bad file or hub split, or an evaluation label (entity type) that
-            the training split never shows.
+        BertTasksError: No split at all, a bad file, hub split or in-memory split, a split given twice, or an
+            evaluation label (entity type) that the training split never shows.
     """
-    splits, sources = read_unchecked_splits(task, cfg)
+    splits, sources = read_unchecked_splits(task, cfg, data)
     problems = split_problems(task, splits, sources, cfg)
     if problems:
         raise BertTasksError(problems[0])
     return splits
 
 
-def read_unchecked_splits(task: Task, cfg: Config) -> tuple[dict[str, Dataset], dict[str, str]]:
+def read_unchecked_splits(
+    task: Task, cfg: Config, data: Any = None
+) -> tuple[dict[str, Dataset], dict[str, str]]:
     """Every split read and capped as `read_splits` reads it, with where each came from, but not
     cross-checked: `debug data` reports every problem of the whole data instead of stopping at the first.
 
     Raises:
-        BertTasksError: No split at all, or a bad file or hub split.
+        BertTasksError: No split at all, a bad file, hub split or in-memory split, or a split given twice.
     """
+    memory = split_data(data) if data is not None else {}
     hub_splits = hub_split_names(cfg.dataset) if cfg.dataset is not None else []
     splits: dict[str, Dataset] = {}
     sources: dict[str, str] = {}
     for split, key in SPLIT_FILES.items():
         path = getattr(cfg, key)
-        if path is not None:
-            data, source = task.read_file(path, cfg), path
+        if split in memory:
+            source = in_memory_source(split)
+            if path is not None:
+                raise BertTasksError(
+                    f"{source} and {key}={path} both give the {split} split; pick one ({key}=none to use "
+                    "the in-memory data)"
+                )
+            data_read = task.read_memory(records(memory[split], source), source, cfg)
+        elif path is not None:
+            data_read, source = task.read_file(path, cfg), path
         elif split in hub_splits:
-            data, source = task.read_hub(cfg.dataset, split, cfg), f"dataset={cfg.dataset} ({split})"
+            data_read, source = task.read_hub(cfg.dataset, split, cfg), f"dataset={cfg.dataset} ({split})"
         else:
             continue
-        if data is not None:
+        if data_read is not None:
             limit = cfg.max_train_samples if split == "train" else cfg.max_eval_samples
-            splits[split], sources[split] = _capped(data, limit), source
+            splits[split], sources[split] = _capped(data_read, limit), source
     if not splits:
         raise BertTasksError(
             f"no data to read for {task.name}; set train_file (and validation_file, test_file) "
             "or dataset=<hub id>"
         )
+    if cfg.validation_split is not None:
+        _carve(task, cfg, splits, sources)
     return splits, sources
+
+
+def without_demo_files(task: Task, cfg: Config) -> Config:
+    """`cfg` without the task's demo files (its config defaults): in-memory data is the user's own and
+    never mixes with the demo's, as `load_recipe` drops them when a train_file or dataset is named."""
+    demo = {
+        key: None
+        for key in SPLIT_FILES.values()
+        if getattr(cfg, key) is not None and getattr(cfg, key) == task.config_defaults.get(key)
+    }
+    return replace(cfg, **demo) if demo else cfg
+
+
+def _carve(task: Task, cfg: Config, splits: dict[str, Dataset], sources: dict[str, str]) -> None:
+    """Carve the validation split from train (`data/validation_split.py`), in place, before any test split."""
+    share = cfg.validation_split
+    if "validation" in splits:
+        raise BertTasksError(
+            f"validation_split={share:g} carves a validation set from train, but {sources['validation']} "
+            "gives one too; pick one (validation_split=none, or leave that validation split out)"
+        )
+    if "train" not in splits:
+        raise BertTasksError(
+            f"validation_split={share:g} carves validation from train, but no training split was given; "
+            "set train_file (or dataset=, or data=)"
+        )
+    train, validation = carve_validation(splits["train"], share, cfg.seed, task.stratify_by, sources["train"])
+    test, test_source = splits.pop("test", None), sources.pop("test", None)
+    splits["train"], splits["validation"] = train, validation  # its size is the share, not max_eval_samples
+    sources["validation"] = f"{sources['train']} (validation_split={share:g})"
+    if test is not None:
+        splits["test"], sources["test"] = test, test_source
 
 
 def split_problems(task: Task, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> list[str]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT, choose_columns, column_indexes, positions
 from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8, shown
 from bert_tasks.data.hub import load_hub_split
+from bert_tasks.data.in_memory import Records
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def read_text_classification(
     kind = kind or _kind_of_content(content)
     indexes = None if kind == "json" else indexes
     if kind == "json":
-        names, rows = _json_rows(path, content, text_column, label_column)
+        names, rows = _record_rows(str(path), json_records(path, content), text_column, label_column)
     elif indexes is None:
         names, rows = _header_rows(path, content, _DELIMITERS[kind], text_column, label_column)
     else:
@@ -79,21 +80,36 @@ def read_text_classification(
             (str(indexes[0]), str(indexes[1])),
             _headerless_rows(path, content, _DELIMITERS[kind], indexes),
         )
+    texts, labels = _checked(str(path), names, rows)
+    if not texts:
+        raise BertTasksError(f"{path}: no rows found; the file needs at least one labelled example")
+    if indexes is not None:
+        _check_label_column(path, texts, labels, indexes)
+    _warn_near_duplicate_labels(str(path), labels)
+    from datasets import Dataset  # deferred: every row is checked before the library loads
+
+    return Dataset.from_dict({"text": texts, "label": labels})
+
+
+def read_records(source: str, records: Records, text_column: str, label_column: str) -> Dataset:
+    """In-memory records (`data/in_memory.py`) as `text`/`label`, by a JSON file's checks and messages."""
+    texts, labels = _checked(source, *_record_rows(source, records, text_column, label_column))
+    _warn_near_duplicate_labels(source, labels)
+    from datasets import Dataset
+
+    return Dataset.from_dict({"text": texts, "label": labels})
+
+
+def _checked(source: str, names: tuple[str, str], rows: Iterator[Row]) -> tuple[list[str], list[str]]:
+    """Every row's text and label checked and normalised, with one warning for label spellings merged."""
     text_name, label_name = names
     texts, labels, spellings = [], [], Counter()
     for where, text, label in rows:
         texts.append(_text(text, where, text_name))
         labels.append(_label(label, where, label_name))
         spellings[labels[-1], _spelling(label)] += 1
-    if not texts:
-        raise BertTasksError(f"{path}: no rows found; the file needs at least one labelled example")
-    if indexes is not None:
-        _check_label_column(path, texts, labels, indexes)
-    _warn_merged_spellings(path, spellings)
-    _warn_near_duplicate_labels(path, labels)
-    from datasets import Dataset  # deferred: every row is checked before the library loads
-
-    return Dataset.from_dict({"text": texts, "label": labels})
+    _warn_merged_spellings(source, spellings)
+    return texts, labels
 
 
 def _kind(path: Path, file_format: str) -> str | None:
@@ -214,15 +230,14 @@ def _delimited_lines(path: Path, content: str, delimiter: str) -> Iterator[tuple
         raise BertTasksError(f"{path}:{reader.line_num}: {e}; fix the row") from e
 
 
-def _json_rows(
-    path: Path, content: str, text_column: str, label_column: str
+def _record_rows(
+    source: str, records: Records, text_column: str, label_column: str
 ) -> tuple[tuple[str, str], Iterator[Row]]:
     """The (text, label) keys, chosen from the first record's, and each record's values under them."""
-    records = json_records(path, content)
     first = next(records, None)
     if first is None:
         return (text_column, label_column), iter(())
-    names = choose_columns(str(path), list(first[1]), text_column, label_column) or (
+    names = choose_columns(source, list(first[1]), text_column, label_column) or (
         text_column,
         label_column,
     )
@@ -233,7 +248,7 @@ def _json_rows(
                 raise BertTasksError(
                     f"{where}: expected columns text_column='{names[0]}' and label_column='{names[1]}', "
                     f"found {', '.join(map(shown, record)) or 'none'}; "
-                    "set text_column/label_column to match the file"
+                    "set text_column/label_column to match the data"
                 )
             yield where, record[names[0]], record[names[1]]
 
@@ -313,7 +328,7 @@ def _spelling(value: Any) -> str:
     return value.strip() if isinstance(value, str) else json.dumps(value)
 
 
-def _warn_merged_spellings(path: Path, spellings: Counter[tuple[str, str]]) -> None:
+def _warn_merged_spellings(source: str, spellings: Counter[tuple[str, str]]) -> None:
     """One warning when a label is spelled two ways that `_label` reads as one (`1` and `1.0`)."""
     ways: dict[str, list[str]] = {}
     for label, spelling in spellings:
@@ -326,7 +341,7 @@ def _warn_merged_spellings(path: Path, spellings: Counter[tuple[str, str]]) -> N
         )
         logger.warning(
             "%s: label spellings read as one label: %s; if they are different classes, name them apart",
-            path,
+            source,
             listed,
         )
 
@@ -360,7 +375,7 @@ def _check_label_column(path: Path, texts: list[str], labels: list[str], indexes
     )
 
 
-def _warn_near_duplicate_labels(path: Path, labels: list[str]) -> None:
+def _warn_near_duplicate_labels(source: str, labels: list[str]) -> None:
     """One warning when label spellings differ only by case or surrounding characters (kept apart)."""
     counts = Counter(labels)
     groups: dict[str, list[str]] = {}
@@ -371,8 +386,8 @@ def _warn_near_duplicate_labels(path: Path, labels: list[str]) -> None:
         listed = "; ".join(" / ".join(f"{label!r} ({counts[label]})" for label in g) for g in clashes)
         logger.warning(
             "%s: label spellings that differ only by case or surrounding characters are separate classes: "
-            "%s; if they mean one class, spell them the same in the file",
-            path,
+            "%s; if they mean one class, spell them the same in the data",
+            source,
             listed,
         )
 

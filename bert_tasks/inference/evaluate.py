@@ -1,4 +1,5 @@
-"""`bert-tasks evaluate`: score a saved model on a labelled file and write the report next to it."""
+"""`bert-tasks evaluate`: score a saved model on a labelled file and write the report next to it; for the
+library, `evaluate_data` scores one in-memory split."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bert_tasks.config import Config, load_recipe
+from bert_tasks.data.in_memory import in_memory_source
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError, listed
 from bert_tasks.model_dir import ModelPolicy, local_model_dir, read_policy
@@ -38,6 +40,11 @@ READER_KEYS = (
 _WINDOW_KEYS = ("max_length", "stride")
 
 
+#: Overrides that leave only the data to evaluate: the training run's splits and caps are not read.
+_DATA_ONLY = ("dataset=none", "train_file=none", "validation_file=none", "validation_split=none")
+_DATA_ONLY += ("max_eval_samples=none",)
+
+
 def read_labelled_file(
     model_dir: str | Path, data_file: str, overrides: Sequence[str] = (), task: str | None = None
 ) -> tuple[Dataset, ModelPolicy]:
@@ -52,20 +59,29 @@ def read_labelled_file(
             a training key, the file is unreadable, or holds a label the model cannot predict (it would
             only be scored as a miss, or break the metric).
     """
+    return _read_labelled(model_dir, overrides, f"test_file={data_file}", task, None, data_file)
+
+
+def read_labelled_data(
+    model_dir: str | Path, data: Any, overrides: Sequence[str] = (), task: str | None = None
+) -> tuple[Dataset, ModelPolicy]:
+    """`read_labelled_file` for one in-memory split (records, a DataFrame or a Dataset: `data/in_memory.py`),
+    checked as a file is, errors naming `test data (in memory), row N`."""
+    return _read_labelled(model_dir, overrides, "test_file=none", task, data, in_memory_source("test"))
+
+
+def _read_labelled(
+    model_dir: str | Path, overrides: Sequence[str], test_file: str, task: str | None, data: Any, source: str
+) -> tuple[Dataset, ModelPolicy]:
     directory = local_model_dir(model_dir)
     policy = read_policy(directory, task)
     model_task_class = task_class(policy.task)
     policy_keys = _check_keys(overrides, model_task_class.options)
     recipe = directory / "recipe.yaml"
-    data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
-    cfg = load_recipe(
-        recipe if recipe.is_file() else None,
-        [*data_only, *overrides, f"test_file={data_file}"],
-        policy.task,
-    )
+    cfg = load_recipe(recipe if recipe.is_file() else None, [*_DATA_ONLY, *overrides, test_file], policy.task)
     policy = _with_overrides(policy, cfg, policy_keys)
     model_task = model_task_class(**policy.task_options)
-    raw = read_splits(model_task, cfg)["test"]
+    raw = read_splits(model_task, cfg, None if data is None else {"test": data})["test"]
     known = _label_names(directory)
     # label_names without the recipe's list: the labels the data itself uses.
     unknown = sorted(
@@ -73,7 +89,7 @@ def read_labelled_file(
     )
     if unknown:
         raise BertTasksError(
-            f"{data_file}: label {unknown[0]!r} is not one the model knows ({listed(known)}); "
+            f"{source}: label {unknown[0]!r} is not one the model knows ({listed(known)}); "
             "evaluate on data with the model's labels, or train a model that has it"
         )
     return raw, policy
@@ -105,6 +121,24 @@ def _with_overrides(policy: ModelPolicy, cfg: Config, keys: Sequence[str]) -> Mo
     options |= {key: value for key, value in chosen.items() if key not in _WINDOW_KEYS}
     windows = {key: chosen[key] for key in _WINDOW_KEYS if key in chosen}
     return dataclasses.replace(policy, task_options=options, **windows)
+
+
+def evaluate_data(
+    model_dir: str | Path,
+    data: Any,
+    overrides: Sequence[str] = (),
+    quantize: str | None = None,
+    allow_pickle: bool = False,
+) -> dict[str, Any]:
+    """Score a saved model on one labelled in-memory split and return the metrics (nothing is written).
+
+    The library's in-memory counterpart of `evaluate_file`: `data` is read with the model's recipe settings
+    (columns, label names) plus `overrides`, before any model loads.
+    """
+    raw, policy = read_labelled_data(model_dir, data, overrides)
+    from bert_tasks.inference.predictor import Predictor  # torch and transformers: once the data is good
+
+    return Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle, policy=policy).evaluate(raw)
 
 
 def evaluate_file(

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
+    from bert_tasks.data.in_memory import Records
     from bert_tasks.model_dir import ModelPolicy
 
 
@@ -89,6 +90,9 @@ class Task(ABC):
     metric_names: ClassVar[tuple[str, ...]]
     #: What `format=` may name for this task's data files; "auto" (first) decides by extension and content.
     file_formats: ClassVar[tuple[str, ...]] = ("auto",)
+    #: The raw column whose values `validation_split` keeps in proportion (a class label); None: the
+    #: carved rows are a plain seeded sample (NER, where a sentence has many labels).
+    stratify_by: ClassVar[str | None] = None
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -115,6 +119,14 @@ class Task(ABC):
     @abstractmethod
     def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset | None:
         """One split of a hub dataset as raw rows, or None when the split has no labels (GLUE test)."""
+
+    def read_memory(self, records: Records, source: str, cfg: Config) -> Dataset:
+        """In-memory rows (`train(cfg, data=...)`) as raw rows, through the checks files pass, errors as
+        `source, row N`; a task without it says so in one line."""
+        raise BertTasksError(
+            f"{source}: the {self.name} task reads no in-memory data; give files, or implement "
+            "Task.read_memory"
+        )
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:  # noqa: B027
         """Refuse evaluation splits whose labels the training split never shows (nothing by default)."""

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from bert_tasks.data.ner_files import FILE_FORMATS, read_hub_ner, read_ner_file, texts_to_dataset
+from bert_tasks.data.ner_files import (
+    FILE_FORMATS,
+    read_hub_ner,
+    read_ner_file,
+    read_ner_records,
+    texts_to_dataset,
+)
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.base import SplitProfile, Task, TaskCard, score_table
 
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
     from transformers import BatchEncoding, PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
+    from bert_tasks.data.in_memory import Records
     from bert_tasks.model_dir import ModelPolicy
 
 METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ner"
@@ -223,6 +230,10 @@ class NerTask(Task):
     def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset:
         """A hub split with ClassLabel tag ids turned into names."""
         return read_hub_ner(dataset, split, cfg.tokens_column, cfg.tag_column)
+
+    def read_memory(self, records: Records, source: str, cfg: Config) -> Dataset:
+        """Records of tokens + tags, or text + spans, checked as the JSONL readers check them."""
+        return read_ner_records(source, records, cfg)
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
         """Every entity type of validation/test must occur in the training data."""

@@ -19,6 +19,7 @@ from bert_tasks.data.annotation_tools import TEXT_OBJECT
 from bert_tasks.data.text_classification import (
     FILE_FORMATS,
     read_hub_text_classification,
+    read_records,
     read_text_classification,
 )
 from bert_tasks.errors import BertTasksError, listed
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
+    from bert_tasks.data.in_memory import Records
     from bert_tasks.model_dir import ModelPolicy
 
 METRIC_PATH = Path(__file__).resolve().parent.parent / "metrics" / "classification" / "classification.py"
@@ -53,6 +55,7 @@ class SentimentTask(Task):
     default_metric = "accuracy"
     metric_names = ("accuracy", "macro_f1")
     file_formats = FILE_FORMATS
+    stratify_by = "label"
     #: The Label Studio control that `predict --format label-studio` fills:
     #: `<Choices name="sentiment" toName="text">`, as in Label Studio's text classification template.
     label_studio_control = "sentiment"
@@ -70,6 +73,11 @@ class SentimentTask(Task):
         if data is None or cfg.label_names is None:
             return data
         return _name_labels(data, cfg.label_names, f"dataset={dataset} ({split})")
+
+    def read_memory(self, records: Records, source: str, cfg: Config) -> Dataset:
+        """Records with the text and label columns, checked as JSON records are (labels named likewise)."""
+        data = read_records(source, records, cfg.text_column, cfg.label_column)
+        return data if cfg.label_names is None else _name_labels(data, cfg.label_names, source)
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
         """Every validation/test label must occur in the training data (or `cfg.label_names`)."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from bert_tasks.data.splits import read_splits
+from bert_tasks.data.in_memory import split_data
+from bert_tasks.data.splits import read_splits, without_demo_files
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import check_model_name
 from bert_tasks.tasks import get_task
@@ -25,29 +26,35 @@ if TYPE_CHECKING:
     from bert_tasks.config import Config
 
 
-def train(cfg: Config) -> Path:
+def train(cfg: Config, data: Any = None) -> Path:
     """Fine-tune `cfg.model` on `cfg.task` and return the directory holding the saved model.
 
+    `data`: in-memory splits instead of files (`bert_tasks/data/in_memory.py`): one split (the training
+    data) or a mapping of split name -> split, each a list of records, a pandas DataFrame or a
+    `datasets.Dataset`, with the columns the config names. The task's demo files then go unused.
     With `cfg.seeds`, one run per seed under `output_dir/seed-N`, and their scores' mean +- std in
     `output_dir/seeds.json` (`training/seeds.py`); the dir returned is `output_dir`.
     """
+    task = get_task(cfg)
+    if data is not None:
+        cfg = without_demo_files(task, cfg)
     if cfg.seeds:
         from bert_tasks.training.seeds import train_seeds
 
-        return train_seeds(cfg, train)
-    task = get_task(cfg)
+        return train_seeds(cfg, lambda one: train(one, data), data)
     check_model_name(cfg.model)
     output = claim_output_dir(cfg)
     try:
         # With --overwrite the claim has already refused anything foreign; what is there goes.
         foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
         check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
-        raw = read_splits(task, cfg)
+        raw = read_splits(task, cfg, data)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
         from bert_tasks.training.run import Run  # torch, transformers, accelerate: once the input is good
 
-        run = Run.setup(cfg, task, raw, output)
+        in_memory = list(split_data(data)) if data is not None else []
+        run = Run.setup(cfg, task, raw, output, in_memory)
     except BaseException:
         output.abandon()  # a dir this run created and never wrote to goes again; the lock is released
         raise

@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from bert_tasks.model_card import (
     MODEL_CARD,
     RunFacts,
     describe_data,
+    in_memory_note,
     library_versions,
     run_card,
     versions_note,
@@ -138,14 +140,25 @@ class Run:
         self.grad_norm: torch.Tensor | None = None
 
     @classmethod
-    def setup(cls, cfg: Config, task: Task, raw: dict[str, Dataset], output: OutputDir) -> Run:
-        """Accelerator, tokenizer, encoded splits, model, loaders, optimizer, schedule; resumed if asked."""
+    def setup(
+        cls,
+        cfg: Config,
+        task: Task,
+        raw: dict[str, Dataset],
+        output: OutputDir,
+        in_memory: Collection[str] = (),
+    ) -> Run:
+        """Accelerator, tokenizer, encoded splits, model, loaders, optimizer, schedule; resumed if asked.
+
+        `in_memory` names the splits given as in-memory data (the card and recipe.yaml say so)."""
         run = cls(cfg, task, raw, output)
         run._start_accelerator()
         set_seed(cfg.seed)
         run.tokenizer = load_tokenizer(cfg.model)
         run.labels = task.label_names(raw["train"], cfg)
-        run.data_sources = describe_data(cfg, raw)  # sizes and SHA-256 of what was read, for the card
+        run.data_sources = describe_data(
+            cfg, raw, in_memory
+        )  # sizes and SHA-256 of what was read, for the card
         label2id = {label: i for i, label in enumerate(run.labels)}
         with run.accelerator.main_process_first():
             run.encoded = {
@@ -216,7 +229,8 @@ class Run:
                 if self.cfg.overwrite:
                     self.output.clear_previous()
                 self.output.record("recipe.yaml", self.log_path.name)
-                save_config(self.recipe, self.output_dir / "recipe.yaml", [versions_note(self.versions)])
+                notes = [versions_note(self.versions), *in_memory_note(self.data_sources)]
+                save_config(self.recipe, self.output_dir / "recipe.yaml", notes)
 
     def _prepare_training(self) -> None:
         cfg, accelerator = self.cfg, self.accelerator

@@ -39,8 +39,10 @@ SUMMARY = "seeds.json"
 SPLITS = ("validation", "test")
 
 
-def train_seeds(cfg: Config, train_one: Callable[[Config], Path]) -> Path:
+def train_seeds(cfg: Config, train_one: Callable[[Config], Path], data: Any = None) -> Path:
     """Run `cfg` once per seed in `cfg.seeds` (with `train_one`, i.e. `train`), then write seeds.json.
+
+    `data`: the in-memory splits `train` was given (each seed's run reads them again), or None.
 
     A seed whose dir holds a finished run is kept on --resume, one with a checkpoint is resumed, and the
     others train from the start; Ctrl-C/SIGTERM in any seed says how to continue them all.
@@ -51,7 +53,7 @@ def train_seeds(cfg: Config, train_one: Callable[[Config], Path]) -> Path:
     reads = [Path(p) for p in (cfg.train_file, cfg.validation_file, cfg.test_file, cfg.model) if p]
     output = OutputDir.claim(parent, overwrite=cfg.overwrite, resume=cfg.resume, reads=reads, lock=main)
     try:
-        read_splits(get_task(cfg), cfg)  # bad data is answered before a previous seeds run is replaced
+        read_splits(get_task(cfg), cfg, data)  # bad data is answered before a previous seeds run is replaced
         if main:
             output.clear_previous()
             output.record("recipe.yaml", *(f"seed-{seed}" for seed in cfg.seeds))

@@ -234,7 +234,7 @@ def test_near_duplicate_label_spellings_give_one_warning_and_stay_apart(
     [record] = caplog.records
     assert record.getMessage() == (
         f"{path}: label spellings that differ only by case or surrounding characters are separate classes: "
-        f"{listed}; if they mean one class, spell them the same in the file"
+        f"{listed}; if they mean one class, spell them the same in the data"
     )
 
 
