@@ -16,6 +16,7 @@ from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
+from bert_tasks.training.class_weights import check_class_weights
 from bert_tasks.training.output_dir import OutputDir
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ def train(cfg: Config) -> Path:
         raw = read_splits(task, cfg)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
+        if isinstance(cfg.class_weights, list):
+            check_class_weights(cfg.class_weights, task.label_names(raw["train"], cfg))
         from bert_tasks.training.run import Run  # torch, transformers, accelerate: once the input is good
 
         run = Run.setup(cfg, task, raw, output)
