@@ -72,13 +72,15 @@ def label_counts(encoded_labels: Iterable[int | Sequence[int]], num_labels: int)
 def inverse_sqrt_weights(counts: Sequence[int]) -> list[float]:
     """w_c = k / sqrt(n_c), with k such that the count-weighted mean weight sum_c n_c w_c / N is 1.
 
-    Why the square root: plain inverse frequency (sklearn's "balanced") gives BC5CDR's rarest tag tens
-    of times the weight of `O`, so a handful of positions steer every update and precision collapses;
-    the square root halves the imbalance on a log scale (1:9 labels get weights 3:1) and keeps rare
-    types visible without letting them dominate. Why the normalisation: a weight of 1 is an average
-    trained position's, so weights read against 1 and a batch's weight sum stays near its count (torch's
-    weighted mean divides by that sum, so the loss keeps its scale). A label never trained on is
-    counted once: its weight stays finite (it is never a target, so it never enters the loss).
+    Why the square root: plain inverse frequency (sklearn's "balanced") gives BC5CDR's rarest tag,
+    I-Chemical (1,900 of 118,170 training words), 55 times the weight of `O`, so its few positions weigh
+    as much in the loss as all of `O`'s; the square root halves the imbalance on a log scale (7.4 times
+    there; 1:9 labels get weights 3:1), so rare types count more without outweighing the rest.
+
+    Why the normalisation: a weight of 1 is an average trained position's, so weights read against 1 and
+    a batch's weight sum stays near its count (torch's weighted mean divides by that sum, so the loss
+    keeps its scale). A label never trained on is counted once: its weight stays finite (it is never a
+    target, so it never enters the loss).
     """
     seen = [max(int(n), 1) for n in counts]
     scale = sum(seen) / sum(math.sqrt(n) for n in seen)
