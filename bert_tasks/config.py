@@ -35,6 +35,8 @@ MIXED_PRECISION = ("auto", "bf16", "fp16", "no")
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 #: What `report_to` takes alone: tensorboard when installed, every installed tracker, none.
 REPORT_TO_WORDS = ("auto", "all", "none")
+#: `class_weights=auto`: weights from the training labels' counts (bert_tasks/training/class_weights.py).
+AUTO = "auto"
 #: BERT's learned position embeddings stop at 512.
 MAX_POSITIONS = 512
 #: Fields holding paths to local data files: `~` is expanded and relative paths are made absolute.
@@ -110,6 +112,13 @@ class Config:
         False, "NER: label every sub-token (B- becomes I- on continuations), not just the first"
     )
     viterbi: bool = _key(True, "NER: BIO-constrained Viterbi decoding (always valid BIO); false = argmax")
+    class_weights: list[float] | str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "loss weight per label: none, auto (inverse square root of the training counts) or "
+            "[w1,...] in label order"
+        },
+    )
     batch_size: int = _key(32, "training batch per device")
     eval_batch_size: int = _key(64, "evaluation batch per device")
     lr: float = _key(5e-5, "peak learning rate (AdamW)")
@@ -397,18 +406,22 @@ def _typed(raw: Mapping[Any, Any], source: str) -> dict[str, Any]:
 def _coerce(key: str, value: Any, annotation: Any, source: str) -> Any:
     """Convert a YAML value or a command-line string to `annotation` (a scalar, list[str], or X | None)."""
     args = typing.get_args(annotation)
-    optional = isinstance(annotation, types.UnionType) and type(None) in args
-    target = next(a for a in args if a is not type(None)) if optional else annotation
+    union = isinstance(annotation, types.UnionType)
+    optional = union and type(None) in args
+    targets = [a for a in args if a is not type(None)] if union else [annotation]
     if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
         if optional:
             return None
-        raise BertTasksError(f"{key}=None {source}: expected {_type_name(target)}; this key needs a value")
+        raise BertTasksError(
+            f"{key}=None {source}: expected {_type_name(targets[0])}; this key needs a value"
+        )
     if isinstance(value, Mapping):
         raise BertTasksError(
             f"{key}={_show(value)} {source}: a nested mapping, expected {_type_name(annotation)}; config "
             f"keys are flat, give {key}: VALUE"
         )
-    converted = _convert(value, target)
+    # The first type that takes the value wins (`list[float] | str`: `1,3` is a list, `auto` a string).
+    converted = next((c for c in (_convert(value, t) for t in targets) if c is not None), None)
     if converted is None:
         expected = _type_name(annotation)
         raise BertTasksError(f"{key}={_show(value)} {source}: expected {expected}; fix the value")
@@ -447,12 +460,13 @@ def _convert(value: Any, target: Any) -> Any:
             if "[" in inner or "]" in inner:  # a list inside the list, as a recipe refuses it too
                 return None
             value = [part.strip().strip("'\"") for part in inner.split(",")]
-        if not isinstance(value, list) or not all(
-            isinstance(v, (str, int)) and _filled(str(v)) for v in value
-        ):
+        if not isinstance(value, list):
             return None
         (item,) = typing.get_args(target)
-        items = [str(v) if item is str else _convert(v, item) for v in value]
+        if item is str:
+            items = [str(v) if isinstance(v, (str, int)) and _filled(str(v)) else None for v in value]
+        else:
+            items = [_convert(v, item) for v in value]
         return None if any(v is None for v in items) else items
     raise TypeError(f"config field type {target} has no converter")
 
@@ -490,10 +504,8 @@ def _type_name(annotation: Any) -> str:
     if isinstance(annotation, types.UnionType):
         return " or ".join("none" if a is type(None) else _type_name(a) for a in args)
     if typing.get_origin(annotation) is list:
-        return (
-            "a list of integers like [42,43]"
-            if typing.get_args(annotation) == (int,)
-            else "a list like [a,b]"
+        return {(str,): "a list like [a,b]", (int,): "a list of integers like [42,43]"}.get(
+            typing.get_args(annotation), "a list of numbers like [1,3]"
         )
     return names[annotation]
 
@@ -548,7 +560,10 @@ def _validate(cfg: Config) -> None:
             (key, value(key) is None or math.isfinite(value(key)), "must be a finite number")
             for key in _FLOAT_KEYS
         ),
-        *((key, value(key) is None or _filled(value(key)), _blank_rule(key)) for key in _STR_KEYS),
+        *(
+            (key, not isinstance(value(key), str) or _filled(value(key)), _blank_rule(key))
+            for key in _STR_KEYS
+        ),
         ("task", cfg.task in task_names(), f"must be one of {', '.join(task_names())}"),
         ("batch_size", *_within(cfg.batch_size, 1, MAX_BATCH)),
         ("eval_batch_size", *_within(cfg.eval_batch_size, 1, MAX_BATCH)),
@@ -614,6 +629,12 @@ def _validate(cfg: Config) -> None:
             ),
             f"must be 1 to {MAX_SEEDS} distinct seeds in [0, {MAX_SEED}], or none",
         ),
+        (
+            "class_weights",
+            cfg.class_weights in (None, AUTO) or _positive_numbers(cfg.class_weights),
+            f"must be none, {AUTO} or a list of positive finite numbers, one per label in label order "
+            "(e.g. [1,3])",
+        ),
         ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"must be one of {', '.join(metrics)}"),
         ("format", cfg.format in formats, f"must be one of {', '.join(formats)} for {cfg.task} data"),
         (
@@ -649,3 +670,7 @@ def _report_to_ok(value: str) -> bool:
 
 def _distinct(names: list[Any]) -> bool:
     return bool(names) and len(set(names)) == len(names)
+
+
+def _positive_numbers(weights: Any) -> bool:
+    return isinstance(weights, list) and bool(weights) and all(math.isfinite(w) and w > 0 for w in weights)

@@ -74,6 +74,18 @@ def test_answers_come_before_torch_and_transformers(
     assert not (tmp_path / "out").exists()
 
 
+def test_class_weights_of_the_wrong_length_are_answered_once_the_data_is_read(tmp_path: Path) -> None:
+    """The label count comes from the training data (read with datasets), never from a model."""
+    argv = ["finetune", "sentiment", "class_weights=[1,2,3]", f"output_dir={tmp_path / 'out'}"]
+    answer = probe(argv, tmp_path)
+    assert answer["status"] == 1
+    assert "class_weights has 3 weight(s) but the training data has 2 labels (negative, positive)" in str(
+        answer["stderr"]
+    )
+    assert {"torch", "transformers", "accelerate"}.isdisjoint(answer["loaded"]), answer["loaded"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_finetune_help_lists_every_config_key_with_its_default_and_meaning() -> None:
     from bert_tasks.config import Config
 

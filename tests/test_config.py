@@ -61,6 +61,46 @@ def test_list_overrides(text: str) -> None:
     assert cfg.label_names == ["negative", "positive"]
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("auto", "auto"), ("[1,3]", [1.0, 3.0]), ("1, 2.5", [1.0, 2.5]), ("none", None)],
+)
+def test_class_weights_overrides(text: str, expected: object) -> None:
+    assert load_recipe(None, [f"class_weights={text}"], task="ner").class_weights == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("auto", "auto"), ("[1, 3]", [1.0, 3.0]), ("[0.5, 2]", [0.5, 2.0])]
+)
+def test_class_weights_in_a_recipe_round_trip_as_given(tmp_path: Path, text: str, expected: object) -> None:
+    cfg = load_recipe(write(tmp_path, f"class_weights: {text}\n"), task="sentiment")
+    assert cfg.class_weights == expected
+    assert load_recipe(save_config(cfg, tmp_path / "saved.yaml")) == cfg
+
+
+@pytest.mark.parametrize(
+    "text", ["balanced", "[1,-3]", "[0,1]", "[1,inf]", "[1,nan]", "[]", "[a,1]", "[true, 1]"]
+)
+def test_class_weights_refuses_all_but_auto_and_positive_finite_numbers(tmp_path: Path, text: str) -> None:
+    rule = (
+        "must be none, auto or a list of positive finite numbers, one per label in label order (e.g. [1,3])"
+    )
+    with pytest.raises(BertTasksError, match=re.escape(rule)) as error:
+        load_recipe(None, [f"class_weights={text}"], task="sentiment")
+    assert str(error.value).startswith("bad config: class_weights=")
+    assert str(error.value).endswith("(on the command line)")
+
+
+def test_class_weights_of_another_type_in_a_recipe(tmp_path: Path) -> None:
+    recipe = write(tmp_path, "class_weights: 3\n")
+    expected = "class_weights=3 in recipe"
+    with pytest.raises(BertTasksError, match=re.escape(expected)) as error:
+        load_recipe(recipe, task="sentiment")
+    assert str(error.value).endswith(
+        "expected a list of numbers like [1,3] or a string or none; fix the value"
+    )
+
+
 @pytest.mark.parametrize(("text", "expected"), [("true", True), ("no", False), ("0", False), ("YES", True)])
 def test_bool_overrides(text: str, expected: bool) -> None:
     assert load_recipe(None, [f"resume={text}"], task="ner").resume is expected

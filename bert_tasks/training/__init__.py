@@ -19,6 +19,7 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import check_model_name
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
+from bert_tasks.training.class_weights import check_class_weights
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.trackers import LOGS_DIR, check_logs_dir, resolve_trackers
 
@@ -51,6 +52,8 @@ def train(cfg: Config, data: Any = None) -> Path:
         raw = read_splits(task, cfg, data)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
+        if isinstance(cfg.class_weights, list):
+            check_class_weights(cfg.class_weights, task.label_names(raw["train"], cfg))
         from bert_tasks.training.run import Run  # torch, transformers, accelerate: once the input is good
 
         in_memory = list(split_data(data)) if data is not None else []

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from bert_tasks.config import Config, save_config
-from bert_tasks.data.batching import eval_loader, model_inputs, train_loader
+from bert_tasks.data.batching import eval_loader, train_loader
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import weight_bytes
 from bert_tasks.inference.windows import collect_window_logits
@@ -61,6 +61,8 @@ from bert_tasks.training.checkpoints import (
     save_checkpoint,
     written_whole,
 )
+from bert_tasks.training.class_weights import resolve_class_weights
+from bert_tasks.training.objectives import TaskLoss
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.stopping import StopSignals, TrainingInterrupted
 from bert_tasks.training.together import failing_together
@@ -165,6 +167,9 @@ class Run:
                 split: task.encode(data, run.tokenizer, label2id, cfg.max_length, cfg.stride)
                 for split, data in raw.items()
             }
+        run.class_weights = resolve_class_weights(
+            cfg.class_weights, run.labels, run.encoded["train"]["labels"]
+        )
         run._load_model()
         run._prepare_training()
         if cfg.resume:
@@ -230,6 +235,7 @@ class Run:
                     self.output.clear_previous()
                 self.output.record("recipe.yaml", self.log_path.name)
                 notes = [versions_note(self.versions), *in_memory_note(self.data_sources)]
+                notes += [self.class_weights.describe()] if self.class_weights is not None else []
                 save_config(self.recipe, self.output_dir / "recipe.yaml", notes)
 
     def _prepare_training(self) -> None:
@@ -255,6 +261,10 @@ class Run:
         schedule = get_linear_schedule_with_warmup(self.optimizer, warmup, self.total_updates * processes)
         self.scheduler = accelerator.prepare(schedule)
         self.window = LossWindow(torch.zeros((), device=accelerator.device))
+        weights = self.class_weights
+        self.loss = TaskLoss(
+            None if weights is None else torch.tensor(weights.weights, device=accelerator.device)
+        )
         self.log_path = self.output_dir / "train_log.jsonl"
 
     def _evaluation_interval(self) -> int:
@@ -319,6 +329,8 @@ class Run:
             f"{self.total_updates} updates | precision {accelerator.mixed_precision} | "
             f"output {self.output_dir} | trackers {', '.join(self.trackers) or 'none'}"
         )
+        if self.class_weights is not None:
+            logger.info(self.class_weights.describe())
 
     # The loop.
 
@@ -354,7 +366,7 @@ class Run:
     def _micro_step(self, batch: dict[str, torch.Tensor]) -> None:
         accelerator = self.accelerator
         with accelerator.accumulate(self.model):
-            loss = self.model(**model_inputs(batch)).loss
+            loss = self.loss(self.model, batch)
             accelerator.backward(loss)
             if accelerator.sync_gradients:
                 self.grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
