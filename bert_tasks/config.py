@@ -48,6 +48,7 @@ MAX_BATCH = 2**20  # batch sizes, grad_accum, keep_checkpoints: far past any mem
 MAX_COUNT = 2**31 - 1  # update and sample counts: an int32, as schedulers and samplers take
 MAX_SEED = 2**32 - 1  # numpy's seed range is [0, 2**32 - 1]
 MAX_SEEDS = 100  # seeds=[...]: one whole run each
+MAX_THREADS = 1024  # threads=N: torch.set_num_threads
 MAX_EPOCHS = 1_000_000  # epochs * updates per epoch must stay a count
 MAX_CONLL_COLUMN = 1024  # conll_tag_index in [-1024, 1024]
 
@@ -134,6 +135,7 @@ class Config:
         "auto", "auto (bf16 where the CPU/GPU runs it natively, else no), bf16, fp16 or no"
     )
     gradient_checkpointing: bool = _key(False, "trade compute for activation memory")
+    threads: int | None = _key(None, "CPU threads for torch (none = one per core the process may use)")
     attention_dropout: float | None = _key(
         None,
         "dropout on attention probabilities (none = the model's); 0 lets long inputs use SDPA's flash kernel",
@@ -597,6 +599,7 @@ def _validate(cfg: Config) -> None:
         ),
         ("conll_tag_index", *_within(cfg.conll_tag_index, -MAX_CONLL_COLUMN, MAX_CONLL_COLUMN, "-1 = last")),
         ("seed", *_within(cfg.seed, 0, MAX_SEED, "numpy's seed range")),
+        ("threads", *_within(cfg.threads, 1, MAX_THREADS, "or none")),
         ("eval_every", *_within(cfg.eval_every, 0, MAX_COUNT, "0 = end of each epoch")),
         ("save_every", *_within(cfg.save_every, 0, MAX_COUNT, "0 = off")),
         ("keep_checkpoints", *_within(cfg.keep_checkpoints, 1, MAX_BATCH, "the newest checkpoints kept")),

@@ -88,14 +88,31 @@ def reuse_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE))
 
 
+def wait_passively() -> bool:
+    """Let OpenMP's threads sleep when they run out of work, instead of spinning; True if it can apply.
+
+    GNU OpenMP (torch's CPU wheels) keeps a thread that finished its share of an op spinning for the
+    next one. On cores that another process also uses, the spinning threads take the time slices the
+    threads with work left need: a MiniLM training step on 2 cores beside busy processes took 12-16 s
+    spinning against 2.3-2.7 s sleeping (bench/threads.py, BENCHMARKS.md "Threads"). The setting is read
+    once, when OpenMP starts with torch: after `import torch` it can no longer apply (False). A user's own
+    OMP_WAIT_POLICY wins.
+    """
+    if "torch" in sys.modules:
+        return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return os.environ["OMP_WAIT_POLICY"].upper() == "PASSIVE"
+
+
 def configure_cli_process() -> None:
     """What the `bert-tasks` command sets for its own process before anything heavy is imported.
 
-    Keep freed memory for reuse, and silence the libraries' per-load chatter (our own progress bars and
-    messages say what happens). Environment variables rather than calls, so nothing is imported for
-    them; a user's own setting wins.
+    Keep freed memory for reuse, let idle OpenMP threads sleep, and silence the libraries' per-load
+    chatter (our own progress bars and messages say what happens). Environment variables rather than
+    calls, so nothing is imported for them; a user's own setting wins.
     """
     reuse_freed_memory()
+    wait_passively()
     # torch and transformers import about 450,000 objects that live as long as the process; with the
     # default thresholds the collector walks them all seven times while they load (about 0.7 s of every
     # command on 2 cores, bench/startup.py). Collect the young generation as usual, the old ones rarely.

@@ -337,3 +337,16 @@ def test_eval_every_longer_than_the_run_falls_back_to_each_epoch(
     evaluated = [record["step"] for record in read_log(run) if "eval_accuracy" in record]
     updates = [record["step"] for record in read_log(run) if "loss" in record][-1]
     assert evaluated == [updates // 2, updates]
+
+
+def test_threads_sets_torch_and_the_start_line_says_how_many(
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.INFO, logger="bert_tasks"):
+            train(tiny_config("sentiment", tiny_model, tmp_path / "out", threads=1, max_steps=1))
+        assert torch.get_num_threads() == 1
+        assert "| 1 CPU thread(s), OpenMP waits " in caplog.text
+    finally:
+        torch.set_num_threads(before)

@@ -186,6 +186,8 @@ class Run:
         # notebook, the test suite) with another mixed_precision would be refused. Reset it, keeping the
         # process group.
         AcceleratorState._reset_state(reset_partial_state=False)
+        if self.cfg.threads is not None:
+            torch.set_num_threads(self.cfg.threads)
         self.trackers = resolve_trackers(self.cfg.report_to)
         self.accelerator = Accelerator(
             # Without cpu=True, processes launched on a machine with no GPU (`accelerate launch
@@ -327,6 +329,7 @@ class Run:
             f"{accelerator.num_processes} process(es) on {accelerator.device} | "
             f"batch {cfg.batch_size} per device x accum {cfg.grad_accum} = effective {effective} | "
             f"{self.total_updates} updates | precision {accelerator.mixed_precision} | "
+            f"{torch.get_num_threads()} CPU thread(s), OpenMP waits {_omp_waits()} | "
             f"output {self.output_dir} | trackers {', '.join(self.trackers) or 'none'}"
         )
         if self.class_weights is not None:
@@ -626,6 +629,12 @@ class Run:
         if checkpoint is not None:
             return f"no model was saved; the last complete checkpoint is {checkpoint} (free space, --resume)"
         return "no model was saved"
+
+
+def _omp_waits() -> str:
+    """How idle OpenMP threads wait (`runtime.wait_passively`): the start line says it, since a spinning
+    wait on cores other processes use slows a run severalfold."""
+    return "passive" if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" else "spinning"
 
 
 def _adamw(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
