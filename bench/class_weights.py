@@ -126,7 +126,12 @@ def bc5cdr(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for setting in SETTINGS:
         scores, seconds, note = run(
             "recipes/ner_bc5cdr.yaml",
-            [f"seed={args.seeds[0]}", f"class_weights={setting}", f"output_dir={work / f'bc5cdr-{setting}'}"],
+            [
+                f"seed={args.seeds[0]}",
+                f"class_weights={setting}",
+                f"output_dir={work / f'bc5cdr-{setting}'}",
+                *([f"epochs={args.bc5cdr_epochs}"] if args.bc5cdr_epochs else []),
+            ],
         )
         per_type = {name: row["f1"] for name, row in scores["per_type"].items()}
         results[setting] = {
@@ -139,7 +144,11 @@ def bc5cdr(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "weights": note,
         }
     types = sorted(next(iter(results.values()))["per_type_f1"])
-    print(f"BC5CDR, recipes/ner_bc5cdr.yaml, seed {args.seeds[0]}; test (4,797 sentences) | {machine_line()}")
+    epochs = f", {args.bc5cdr_epochs} epoch(s)" if args.bc5cdr_epochs else ""
+    print(
+        f"BC5CDR, recipes/ner_bc5cdr.yaml{epochs}, seed {args.seeds[0]}; test (4,797 sentences) | "
+        f"{machine_line()}"
+    )
     table_header(
         ["class_weights", "precision", "recall", "F1", *(f"F1 {t}" for t in types), "macro-F1", "wall s"]
     )
@@ -168,6 +177,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("sst2", "bc5cdr"), required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
     parser.add_argument("--epochs", type=float, default=2.0, help="SST-2 part only")
+    parser.add_argument("--bc5cdr-epochs", type=float, help="BC5CDR part: epochs (default: the recipe's 3)")
     parser.add_argument("--minority", type=int, default=450, help="negatives in the SST-2 slice")
     parser.add_argument("--majority", type=int, default=4050, help="positives in the SST-2 slice")
     parser.add_argument("--slice-seed", type=int, default=0)
