@@ -19,7 +19,7 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, load_finetuned
+from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, check_method, load_finetuned
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -39,13 +39,6 @@ class SizeChange:
         return (
             f"{self.before / 2**20:.1f} MiB -> {self.after / 2**20:.1f} MiB ({self.after / self.before:.0%})"
         )
-
-
-def check_method(method: str | None) -> str | None:
-    """None (no quantization) or a known method; anything else is a user error."""
-    if method is not None and method not in QUANTIZE_METHODS:
-        raise BertTasksError(f"quantize: unknown method {method!r}; choose {', '.join(QUANTIZE_METHODS)}")
-    return method
 
 
 def quantize_model(model: PreTrainedModel, method: str = "int8") -> SizeChange:
