@@ -6,12 +6,12 @@
 The ONNX dirs are written first by `export_onnx` (the code of `bert-tasks export --format onnx`; its
 seconds and parity line are printed). Every measurement is a fresh process (`--child`), so each row's
 memory is its own: it opens the dir with `Predictor` (the code path of `bert-tasks predict/evaluate`),
-scores --data once (`Predictor.evaluate`), predicts its texts once to warm up and once timed, and
-reports its peak resident memory (VmHWM: runtime, libraries and model together). Rows and thread counts run round-robin over --repeats (median texts/s), so machine
-noise hits all alike. Threads: torch.set_num_threads for torch rows, the session's intra-op threads for
-ONNX rows. Accuracy: the whole --data, scored once per row; texts/s: its first --max-texts texts. Size
-on disk: the weights file (model.safetensors; model.onnx). Run from the repo root.
-"""
+scores --data once (`Predictor.evaluate`), predicts its texts once to warm up and once timed, and reports
+its peak resident memory (VmHWM: runtime, libraries and model together). Rows and thread counts run
+round-robin over --repeats (median texts/s), so machine noise hits all alike. Threads:
+torch.set_num_threads for torch rows, the session's intra-op threads for ONNX rows. Accuracy: the whole
+--data, scored once per row; texts/s: its first --max-texts texts. Size on disk: the weights file
+(model.safetensors; model.onnx). Run from the repo root."""
 
 from __future__ import annotations
 
