@@ -42,7 +42,8 @@ def exports(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
         for method in METHODS:
             out = root / f"{task}-{method or 'fp32'}"
             if (task, method) == ("sentiment", None):
-                assert main(["export", "--format", "onnx", "--model", str(runs[task]), str(out)]) == 0
+                check = ["--check", str(DATA[task][1])]  # the fixture's own texts, not the demo's
+                assert main(["export", "--format", "onnx", *check, "--model", str(runs[task]), str(out)]) == 0
                 parity = Parity.measure(*_logits(runs[task], out, DATA[task][1]), None)
             else:
                 parity = export_onnx(runs[task], out, method)
@@ -155,6 +156,17 @@ def test_a_failed_parity_check_is_one_line_and_leaves_no_dir(
         export_onnx(runs["sentiment"], out)
     assert "\n" not in str(error.value)
     assert not (tmp_path / "new").exists()
+
+
+def test_a_check_file_that_is_not_there_is_one_line_before_the_model_loads(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "export"
+    argv = ["export", "--format", "onnx", "--check", str(tmp_path / "gone.jsonl"), "--model"]
+    assert main([*argv, str(runs["sentiment"]), str(out)]) == 1
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and "gone.jsonl" in line and "not found" in line
+    assert not out.exists()
 
 
 def test_a_damaged_graph_is_one_line(

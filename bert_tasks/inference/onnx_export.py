@@ -38,7 +38,8 @@ from bert_tasks.inference.onnx_backend import (
     open_session,
     require,
 )
-from bert_tasks.model_dir import POLICY_KEY, check_method, load_finetuned
+from bert_tasks.model_dir import POLICY_KEY, check_method, load_finetuned, local_model_dir, read_policy
+from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -53,8 +54,6 @@ logger = logging.getLogger(__name__)
 TOLERANCES = {None: (1e-4, 1e-4), "int8": (0.5, 0.1)}
 #: Least share of predictions whose label (argmax) the export must keep.
 MIN_AGREEMENT = 0.99
-#: Files of a model dir that travel with an export besides graph, config and tokenizer.
-_EXTRA_FILES = ("recipe.yaml",)
 
 
 @dataclass(frozen=True)
@@ -105,7 +104,8 @@ def export_onnx(
             `out_dir` that exists and is not empty or cannot be written (before the model loads), an
             export that fails its parity check; a failed write removes what the export wrote.
     """
-    from bert_tasks.model_card import MODEL_CARD, onnx_export_card  # deferred: its imports are many
+    from bert_tasks.inference.quantize import EXTRA_FILES  # deferred with torch
+    from bert_tasks.model_card import MODEL_CARD, onnx_export_card
     from bert_tasks.output_paths import CommandOutput
 
     for module in ("onnx", "onnxruntime", "onnxscript"):
@@ -113,10 +113,8 @@ def export_onnx(
     check_method(method)
     out = Path(out_dir)
     with CommandOutput(out, f"export {out}", "choose a new directory you can write to", fresh=True) as target:
+        raw = _check_texts(model_dir, check_file)
         loaded = load_finetuned(model_dir)
-        if loaded.model.config.is_decoder:
-            raise BertTasksError(f"export --format onnx: model dir {model_dir} is a decoder; export encoders")
-        raw = _check_texts(loaded, check_file)
         with tempfile.TemporaryDirectory(prefix="bert-tasks-onnx-") as scratch:
             graph = Path(scratch) / ONNX_FILE
             parity = _export_checked(loaded, raw, graph, method)
@@ -133,7 +131,7 @@ def export_onnx(
                 shutil.copyfile(graph, out / ONNX_FILE)
                 config.save_pretrained(out)
                 loaded.tokenizer.save_pretrained(out)
-                for name in _EXTRA_FILES:
+                for name in EXTRA_FILES:
                     if (loaded.directory / name).is_file():
                         shutil.copy2(loaded.directory / name, out / name)
                 (out / MODEL_CARD).write_text(str(card), encoding="utf-8")
@@ -141,16 +139,18 @@ def export_onnx(
     return parity
 
 
-def _check_texts(loaded: FinetunedModel, check_file: str | None) -> Dataset:
-    """The check texts as the task's raw rows, read with the task's own reader."""
-    path = check_file or loaded.task.config_defaults.get("validation_file")
+def _check_texts(model_dir: str | Path, check_file: str | None) -> Dataset:
+    """The check texts as the task's raw rows, read with the task's own reader (before any model loads)."""
+    policy = read_policy(local_model_dir(model_dir))
+    task = task_class(policy.task)(**policy.task_options)
+    path = check_file or task.config_defaults.get("validation_file")
     if path is None:
         raise BertTasksError(
-            f"export --format onnx: the {loaded.task.name} task has no bundled check data; pass --check FILE"
+            f"export --format onnx: the {task.name} task has no bundled check data; pass --check FILE"
         )
     data_only = ["dataset=none", "train_file=none", "validation_file=none", "max_eval_samples=none"]
-    cfg = load_recipe(None, [*data_only, f"test_file={path}"], loaded.policy.task)
-    return read_splits(loaded.task, cfg)["test"]
+    cfg = load_recipe(None, [*data_only, f"test_file={path}"], policy.task)
+    return read_splits(task, cfg)["test"]
 
 
 def _export_checked(loaded: FinetunedModel, raw: Dataset, graph: Path, method: str | None) -> Parity:

@@ -24,8 +24,8 @@ from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, check_method, loa
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-#: Files of a model dir that travel with an export besides weights, config and tokenizer.
-_EXTRA_FILES = ("recipe.yaml",)
+#: Files of a model dir that travel with an export (torch or ONNX) besides weights, config and tokenizer.
+EXTRA_FILES = ("recipe.yaml",)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
         with target.writing():
             model.save_pretrained(out)
             loaded.tokenizer.save_pretrained(out)
-            for name in _EXTRA_FILES:
+            for name in EXTRA_FILES:
                 if (Path(model_dir) / name).is_file():
                     shutil.copy2(Path(model_dir) / name, out / name)
             (out / MODEL_CARD).write_text(str(card), encoding="utf-8")
