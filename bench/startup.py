@@ -16,6 +16,9 @@ each row per repeat, so machine noise hits all rows alike. Rows (select some wit
   unknown-key    bert-tasks finetune sentiment learning_rat=3e-5
   missing-file   bert-tasks finetune sentiment train_file=/nonexistent.csv output_dir=<tmp>/...
   predict        bert-tasks predict ner "<one sentence>" --model DIR: start-up, model load, one text
+  predict-onnx   the same with DIR's ONNX export (`bert-tasks export --format onnx`, made first, not
+                 timed, unless --onnx-model names one): onnxruntime, no torch. fp32: a 2-step model's
+                 near-tied logits would fail the int8 export's label check
 The three error rows must exit with status 1 and print one stderr line (bert-tasks' one-line errors); the
 others must exit 0 with some output. A row that does not is reported as failed, with the reason (its
 stderr's last line) under the table, and is not run again. For `predict`, DIR is --ner-model, else a model
@@ -51,7 +54,8 @@ Outcome = subprocess.CompletedProcess | str
 
 @dataclass
 class Row:
-    """One command to time. `args` may hold {tmp} (the scratch dir), {run} (the run's number) and {model}."""
+    """One command to time. `args` may hold {tmp} (the scratch dir), {run} (the run's number), {model} and
+    {onnx} (the model dirs of the predict rows)."""
 
     name: str
     what: str  # the table's "what" cell
@@ -91,6 +95,11 @@ def make_rows(bert_tasks: str) -> list[Row]:
             "predict",
             f'`{bert_tasks} predict ner "{PREDICT_TEXT}" --model DIR`',
             ["predict", "ner", PREDICT_TEXT, "--model", "{model}"],
+        ),
+        Row(
+            "predict-onnx",
+            f'`{bert_tasks} predict ner "{PREDICT_TEXT}" --model ONNX_DIR` (ONNX export of DIR)',
+            ["predict", "ner", PREDICT_TEXT, "--model", "{onnx}"],
         ),
     ]
 
@@ -162,6 +171,18 @@ def train_ner(prefix: list[str], tmp: Path, timeout: float) -> tuple[str | None,
     return str(model_dir), None
 
 
+def export_onnx(prefix: list[str], model: str, tmp: Path, timeout: float) -> tuple[str | None, str | None]:
+    """(export dir, None) after `bert-tasks export --format onnx` of `model`, or (None, why it failed)."""
+    out = tmp / "ner-onnx"
+    command = [*prefix, "export", "--format", "onnx", "--model", model, str(out)]
+    print(f"exporting the predict-onnx row's model (not timed): {shlex.join(command)}", file=sys.stderr)
+    _, done = run_once(command, tmp, timeout)
+    if isinstance(done, str) or done.returncode != 0:
+        why = done if isinstance(done, str) else f"exit status {done.returncode}; {last_line(done.stderr)}"
+        return None, f"exporting its model: {why}"
+    return str(out), None
+
+
 def cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -178,6 +199,9 @@ def main() -> None:
         help=f"comma-separated rows to run, of: {','.join(names)} (default: all; the ratio needs floor)",
     )
     parser.add_argument("--ner-model", help="model dir for the predict row (default: train a 2-step one)")
+    parser.add_argument(
+        "--onnx-model", help="export dir for the predict-onnx row (default: export the NER model)"
+    )
     parser.add_argument("--launcher", choices=("script", "module"), default="script")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (default: 300)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
@@ -194,14 +218,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
         tmp = Path(scratch)
         model = str(Path(args.ner_model).resolve()) if args.ner_model else None
-        predict = next((row for row in rows if row.name == "predict"), None)
-        if predict is not None and model is None:
-            model, predict.failed = train_ner(prefix, tmp, max(args.timeout, 1800.0))
+        predicts = [row for row in rows if row.name.startswith("predict")]
+        if predicts and model is None:
+            model, failed = train_ner(prefix, tmp, max(args.timeout, 1800.0))
+            for row in predicts:
+                row.failed = failed
+        onnx = str(Path(args.onnx_model).resolve()) if args.onnx_model else None
+        onnx_row = next((row for row in rows if row.name == "predict-onnx" and not row.failed), None)
+        if onnx_row is not None and onnx is None and model is not None:
+            onnx, onnx_row.failed = export_onnx(prefix, model, tmp, max(args.timeout, 1800.0))
         for run in range(args.repeats):
             for row in rows:  # round-robin: one run of each row per repeat
                 if row.failed:
                     continue
-                filled = [arg.format(tmp=tmp, run=run, model=model) for arg in row.args]
+                filled = [arg.format(tmp=tmp, run=run, model=model, onnx=onnx) for arg in row.args]
                 command = filled if row.name.endswith("floor") else [*prefix, *filled]
                 seconds, done = run_once(command, tmp, args.timeout)
                 row.failed = check(row, done)

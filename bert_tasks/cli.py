@@ -37,6 +37,8 @@ ALLOW_PICKLE_HELP = "also load pickle-based pytorch_model.bin weights (only from
 PREDICTION_FORMATS = ("text", "json", "label-studio")
 #: What `bert-tasks memory --dtype` takes (bert_tasks.insight.memory.DTYPES maps them to torch dtypes).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
+#: What `bert-tasks export --format` writes: a torch checkpoint quantized on load, or an ONNX graph.
+EXPORT_FORMATS = ("torch", "onnx")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -189,10 +191,24 @@ def _parser() -> argparse.ArgumentParser:
     memory.add_argument("--dtype", choices=DTYPE_NAMES, default="fp32")
     memory.set_defaults(run=_memory, positionals="unexpected", unexpected=[])
 
-    export = commands.add_parser("export", help="write a reusable quantized copy of a saved model")
+    export = commands.add_parser(
+        "export", help="write a deployable copy of a saved model: ONNX (fp32/int8) or torch int8"
+    )
     export.add_argument("out", nargs="*", metavar="OUT", help="the new model dir")
     export.add_argument("--model", required=True, help="saved model dir")
-    export.add_argument("--quantize", choices=QUANTIZE_METHODS, required=True)
+    export.add_argument(
+        "--format",
+        choices=EXPORT_FORMATS,
+        default=EXPORT_FORMATS[0],
+        help="torch: the fp32 checkpoint, quantized on load (needs --quantize); onnx: one ONNX graph that "
+        "onnxruntime runs without torch, int8 weights on disk with --quantize (the onnx extra)",
+    )
+    export.add_argument("--quantize", choices=QUANTIZE_METHODS)
+    export.add_argument(
+        "--check",
+        metavar="FILE",
+        help="onnx: texts to check the export against the model on (default: the task's demo data)",
+    )
     export.set_defaults(run=_export, positionals="out")
 
     debug = commands.add_parser("debug", help="look at the data before training (debug data)")
@@ -370,6 +386,16 @@ def _export(args: argparse.Namespace) -> None:
     from bert_tasks.model_dir import read_policy
 
     read_policy(args.model)  # a wrong or damaged model dir is answered before torch loads
+    if args.format == "onnx":
+        from bert_tasks.inference.onnx_export import export_onnx
+
+        parity = export_onnx(args.model, args.out[0], args.quantize, args.check)
+        print(f"ONNX {args.quantize or 'fp32'} model written to {args.out[0]}; {parity}")
+        return
+    if args.check is not None:
+        raise BertTasksError("export: --check is for --format onnx (the torch export is not re-run)")
+    if args.quantize is None:
+        raise BertTasksError(f"export --format torch: choose --quantize ({', '.join(QUANTIZE_METHODS)})")
     from bert_tasks.inference.quantize import export_quantized
 
     sizes = export_quantized(args.model, args.out[0], args.quantize)

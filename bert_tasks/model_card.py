@@ -173,24 +173,79 @@ def export_card(
     Its metadata is the source's without the model-index: those scores were measured on the fp32 model,
     not on this copy.
     """
-    original = _source_card(source_dir / MODEL_CARD)
-    kept = {k: v for k, v in original.data.to_dict().items() if k != "model-index"} if original else {}
-    data = ModelCardData(**kept)
-    data.tags = [*(data.tags or ["bert-tasks", task.name, "bert"]), "quantized", method]
     about = task.card(_label_names(source_dir), policy)
-    data.pipeline_tag = data.pipeline_tag or about.pipeline_tag
-    body = [
-        f"# {out_dir.name}",
-        "",
+    intro = [
         f"An {method.upper()} dynamic-quantized copy of the model `{source}`, written by "
         f"`bert-tasks export --quantize {method}`. The files hold the fp32 weights and "
         f'`"quantize": "{method}"` under `bert_tasks` in config.json: bert-tasks (predict, evaluate, '
         "`Predictor`) quantizes the encoder's Linear layers on load (int8 weights, one scale per output "
         "channel, on CPU); vanilla transformers loads the fp32 model.",
+        *_usage_section(task.name, out_dir, policy, about, quantized=True),
+    ]
+    return _copy_card(source_dir, out_dir, task, about, ["quantized", method], intro)
+
+
+def onnx_export_card(
+    source: str | Path,
+    source_dir: Path,
+    out_dir: Path,
+    task: Task,
+    policy: ModelPolicy,
+    parity: str,
+) -> ModelCard:
+    """The card of `bert-tasks export --format onnx`'s dir: the graph it holds, how it was checked
+    against the source model (`parity`, a sentence), how to run it, then the source's card."""
+    about = task.card(_label_names(source_dir), policy)
+    weights = (
+        "int8 weights (dynamic quantization: one scale per output channel, activations quantized per "
+        "batch) in the encoder's matmuls, float embeddings, LayerNorms and head"
+        if policy.quantize
+        else "fp32 weights"
+    )
+    where, example = shlex.quote(str(out_dir)), shlex.quote(about.example)
+    intro = [
+        f"An ONNX export of the model `{source}`, written by `bert-tasks export --format onnx"
+        + (f" --quantize {policy.quantize}`" if policy.quantize else "`")
+        + f": `model.onnx` holds the whole network with {weights}, stored on disk; the tokenizer and "
+        f'config.json (labels, and `"backend": "onnx"` under `bert_tasks`) sit beside it. {parity}',
+        "",
+        "## How to use",
+        "",
+        f"With bert-tasks and its onnx extra (`pip install 'bert-tasks[onnx]'`): onnxruntime runs the graph "
+        f"with windows of {policy.max_length} sub-tokens and the task's decoding, as trained; torch is "
+        "not imported.",
+        "",
+        "```bash",
+        f"bert-tasks predict {task.name} --model {where} {example}",
+        f"bert-tasks evaluate {task.name} --model {where} --data FILE",
+        "```",
+        "",
+        "Vanilla transformers cannot load this dir (it has no model.safetensors); onnxruntime alone runs "
+        "`model.onnx` on `input_ids`, `attention_mask` and `token_type_ids` (int64, [batch, tokens]) and "
+        "returns `logits`, one window at a time without the task's merging of long inputs.",
+    ]
+    tags = ["onnx", *(["quantized", policy.quantize] if policy.quantize else [])]
+    return _copy_card(source_dir, out_dir, task, about, tags, intro)
+
+
+def _copy_card(
+    source_dir: Path, out_dir: Path, task: Task, about: TaskCard, tags: list[str], intro: list[str]
+) -> ModelCard:
+    """An export's card: the source's metadata without its scores (measured on the source, not on this
+    copy) plus `tags`, then `intro`, then the source's own card."""
+    original = _source_card(source_dir / MODEL_CARD)
+    kept = {k: v for k, v in original.data.to_dict().items() if k != "model-index"} if original else {}
+    data = ModelCardData(**kept)
+    data.tags = [*(data.tags or ["bert-tasks", task.name, "bert"]), *tags]
+    data.pipeline_tag = data.pipeline_tag or about.pipeline_tag
+    body = [
+        f"# {out_dir.name}",
+        "",
+        intro[0],
         "",
         "Scores in the source's card below were measured on the fp32 model, not on this copy; measure it "
-        f"with `bert-tasks evaluate {task.name} --model {out_dir} --data FILE`.",
-        *_usage_section(task.name, out_dir, policy, about, quantized=True),
+        f"with `bert-tasks evaluate {task.name} --model {shlex.quote(str(out_dir))} --data FILE`.",
+        *intro[1:],
     ]
     if original is not None:
         lines = original.text.strip().splitlines()

@@ -3,8 +3,9 @@
 A model dir is a plain Hugging Face checkpoint (config.json, model.safetensors, tokenizer files) whose
 config.json also holds, under `bert_tasks`, the policy prediction must follow to see inputs exactly as
 training did: the task, the window size and overlap, the task's own options (NER: sub-token labelling,
-Viterbi) and whether the weights are to be quantized on load. `ModelPolicy` is that JSON object, typed and
-validated; `load_finetuned(dir)` is how predict, evaluate and export open a dir.
+Viterbi), whether the weights are to be quantized on load, and which runtime runs the weights (torch, or
+onnxruntime for a dir written by `bert-tasks export --format onnx`). `ModelPolicy` is that JSON object,
+typed and validated; `load_finetuned(dir)` is how predict, evaluate and export open a dir.
 
 Reading the policy needs only `json`, so a bad model dir is answered before torch loads. Dirs written by
 older versions (the same keys, untyped) load unchanged; a dir fine-tuned elsewhere (no policy) gets the
@@ -33,9 +34,19 @@ if TYPE_CHECKING:
 POLICY_KEY = "bert_tasks"
 #: Quantization methods a policy (and `--quantize`) may name.
 QUANTIZE_METHODS = ("int8",)
+#: What runs a model dir's weights: transformers' BERT on torch (model.safetensors), or onnxruntime
+#: (model.onnx, written by `bert-tasks export --format onnx`). The first is the default.
+BACKENDS = ("torch", "onnx")
 #: The overlap prediction used for dirs without a policy.
 _DEFAULT_STRIDE = 32
 _CONFIG_TYPES = typing.get_type_hints(Config)
+
+
+def check_method(method: str | None) -> str | None:
+    """None (no quantization) or a known method; anything else is a user error."""
+    if method is not None and method not in QUANTIZE_METHODS:
+        raise BertTasksError(f"quantize: unknown method {method!r}; choose {', '.join(QUANTIZE_METHODS)}")
+    return method
 
 
 @dataclass(frozen=True)
@@ -47,8 +58,11 @@ class ModelPolicy:
     stride: int
     #: The task's own options (`Task.options`), e.g. NER's `label_all_subtokens` and `viterbi`.
     task_options: dict[str, Any] = field(default_factory=dict)
-    #: Quantize the weights on load (`bert-tasks export --quantize int8`); None: run them as saved.
+    #: Quantize the weights on load (`bert-tasks export --quantize int8`); None: run them as saved. Under
+    #: the onnx backend the graph's weights are already int8 on disk, and this records that they are.
     quantize: str | None = None
+    #: What runs the weights (one of `BACKENDS`).
+    backend: str = "torch"
 
     @classmethod
     def for_run(cls, cfg: Config) -> ModelPolicy:
@@ -57,9 +71,12 @@ class ModelPolicy:
         return cls(task=cfg.task, max_length=cfg.max_length, stride=cfg.stride, task_options=options)
 
     def to_json(self) -> dict[str, Any]:
-        """The flat JSON object older versions wrote too: task, max_length, stride, options, quantize."""
+        """The flat JSON object older versions wrote too: task, max_length, stride, options, quantize; the
+        backend only when it is not torch, so torch dirs read in older versions unchanged."""
         data = {"task": self.task, "max_length": self.max_length, "stride": self.stride, **self.task_options}
-        return data if self.quantize is None else {**data, "quantize": self.quantize}
+        if self.quantize is not None:
+            data["quantize"] = self.quantize
+        return data if self.backend == BACKENDS[0] else {**data, "backend": self.backend}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> ModelPolicy:
@@ -81,11 +98,14 @@ class ModelPolicy:
             raise _bad(
                 where, f"'{POLICY_KEY}.quantize' is {quantize!r}, not one of {', '.join(QUANTIZE_METHODS)}"
             )
-        known = {"task", "max_length", "stride", "quantize", *_CONFIG_TYPES}
+        backend = data.get("backend", BACKENDS[0])
+        if backend not in BACKENDS:
+            raise _bad(where, f"'{POLICY_KEY}.backend' is {backend!r}, not one of {', '.join(BACKENDS)}")
+        known = {"task", "max_length", "stride", "quantize", "backend", *_CONFIG_TYPES}
         unknown = sorted(set(data) - known)
         if unknown:
             raise _bad(where, f"unknown key '{POLICY_KEY}.{unknown[0]}' (written by a newer bert-tasks?)")
-        return cls(name, max_length, stride, options, quantize)
+        return cls(name, max_length, stride, options, quantize, backend)
 
 
 def read_policy(model_dir: str | Path, expected_task: str | None = None) -> ModelPolicy:
@@ -134,14 +154,19 @@ def load_finetuned(
     The weights are loaded as saved (a policy's `quantize` is applied by the consumer that runs them).
 
     Raises:
-        BertTasksError: everything `read_policy` refuses, placeholder label names (LABEL_0, ...), weights
-            that are half-written, disagree with the config's labels or layers or sizes, or do not load, and
-            tokenizer files that do not load or do not fit the model.
+        BertTasksError: everything `read_policy` refuses, an ONNX export (no torch weights), placeholder
+            label names (LABEL_0, ...), weights that are half-written, disagree with the config's labels or
+            layers or sizes, or do not load, and tokenizer files that do not load or do not fit the model.
     """
     from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 
     path = local_model_dir(model_dir)
     policy = read_policy(path, expected_task)
+    if policy.backend != BACKENDS[0]:
+        raise BertTasksError(
+            f"model dir {path}: holds a {policy.backend} export, which only predict and evaluate run; "
+            "pass the model dir it was exported from"
+        )
     labels = _label_names(path / "config.json", _json_object(path / "config.json"))
     _check_labels(path, labels)
     _check_weights_match_labels(path, len(labels))
@@ -170,6 +195,14 @@ def check_model_name(name: str | Path) -> None:
 def _mistyped_path(text: str) -> bool:
     parent_exists = text.count("/") == 1 and Path(text).expanduser().parent.is_dir()
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or parent_exists
+
+
+def read_id2label(model_dir: Path) -> dict[int, str]:
+    """config.json's labels by id, refusing placeholder names (for dirs no transformers config reads)."""
+    config_file = model_dir / "config.json"
+    labels = _label_names(config_file, _json_object(config_file))
+    _check_labels(model_dir, labels)
+    return dict(enumerate(labels))
 
 
 def local_model_dir(name: str | Path) -> Path:

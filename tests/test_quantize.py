@@ -15,7 +15,8 @@ from transformers import AutoModelForSequenceClassification
 from bert_tasks.cli import main
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.predictor import EntityTagger, SentimentClassifier
-from bert_tasks.inference.quantize import check_method, export_quantized, quantize_model, weight_bytes
+from bert_tasks.inference.quantize import export_quantized, quantize_model, weight_bytes
+from bert_tasks.model_dir import check_method
 from bert_tasks.training import train
 from tests.helpers import DATA, read_conll, tiny_config
 
@@ -88,7 +89,7 @@ def test_encoder_linears_are_int8_and_the_rest_stays_float(sentiment_dir: Path) 
     assert any(name.endswith("attention.self.qkv") for name in quantized)
     assert type(model.classifier) is nn.Linear and type(model.bert.pooler.dense) is nn.Linear
     assert model.bert.embeddings.word_embeddings.weight.dtype == torch.float32
-    assert classifier.device.type == "cpu" and not classifier.bf16
+    assert classifier.backend.device.type == "cpu" and not classifier.backend.bf16
     assert classifier.quantized.after < classifier.quantized.before
     assert " MiB -> " in str(classifier.quantized)
 

@@ -7,31 +7,40 @@ dir (`bert_tasks.model_dir`), so a model never sees inputs cut differently from 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
-from bert_tasks.data.batching import eval_loader
 from bert_tasks.data.files import check_texts_to_predict
 from bert_tasks.errors import BertTasksError
-from bert_tasks.inference.quantize import SizeChange, check_method, quantize_model
-from bert_tasks.inference.windows import collect_window_logits
-from bert_tasks.model_dir import ModelPolicy, load_finetuned
-from bert_tasks.runtime import resolve_mixed_precision
+from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
 from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
+    import numpy as np
     from datasets import Dataset
+    from torch import nn
+
+    from bert_tasks.inference.quantize import SizeChange
+
+
+class Backend(Protocol):
+    """What runs a model's forward pass: torch (`TorchBackend`) or onnxruntime (`OnnxBackend`)."""
+
+    #: What the task's collator returns for it: "pt" or "np".
+    tensors: str
+
+    def window_logits(self, encoded: Dataset, collate: Any, batch_size: int) -> list[np.ndarray]:
+        """Logits per encoded row (window), in row order."""
+        ...
 
 
 class Predictor:
-    """A fine-tuned model ready to predict: model, tokenizer, task and the policy it was trained with.
+    """A fine-tuned model ready to predict: backend, tokenizer, task and the policy it was trained with.
 
     Any registered task's model dir works; `SentimentClassifier` and `EntityTagger` also check the task
-    and shape their results for one text.
+    and shape their results for one text. The policy picks the backend: a dir written by `bert-tasks export
+    --format onnx` runs through onnxruntime without importing torch, every other dir through torch.
     """
 
     expected_task: str | None = None
@@ -53,23 +62,47 @@ class Predictor:
             raise BertTasksError(
                 f"{quantize} quantization runs with fp32 activations; drop mixed_precision=bf16"
             )
-        loaded = load_finetuned(model_dir, self.expected_task, allow_pickle=allow_pickle)
+        directory = local_model_dir(model_dir)
+        self.policy = read_policy(directory, self.expected_task)
         #: What Label Studio shows as the predictions' model version: the model dir's name.
         self.model_version = Path(model_dir).resolve().name
-        self.model, self.tokenizer, self.task = loaded.model, loaded.tokenizer, loaded.task
-        self.policy, self.id2label = loaded.policy, loaded.id2label
+        self.batch_size = batch_size
+        #: The torch model (None under onnxruntime) and its weight bytes before/after quantization.
+        self.model: nn.Module | None = None
+        self.quantized: SizeChange | None = None
+        self.backend: Backend
+        if self.policy.backend == "onnx":
+            self._open_onnx(directory, quantize, mixed_precision)
+        else:
+            self._open_torch(directory, quantize or self.policy.quantize, mixed_precision, allow_pickle)
         if policy is not None and policy != self.policy:
             if policy.task != self.policy.task:
                 raise ValueError(f"a {policy.task} policy for a {self.policy.task} model")
             self.policy, self.task = policy, task_class(policy.task)(**policy.task_options)
-        quantize = quantize or self.policy.quantize
-        #: Weight bytes before/after quantization; None for a float model.
-        self.quantized: SizeChange | None = quantize_model(self.model, quantize) if quantize else None
-        self.batch_size = batch_size
-        # Dynamically quantized Linear layers run on CPU only.
-        self.device = torch.device("cuda" if torch.cuda.is_available() and not quantize else "cpu")
-        self.model.to(self.device)
-        self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
+
+    def _open_onnx(self, directory: Path, quantize: str | None, mixed_precision: str) -> None:
+        if quantize or mixed_precision == "bf16":
+            asked = f"quantize={quantize}" if quantize else "mixed_precision=bf16"
+            raise BertTasksError(
+                f"model dir {directory}: an ONNX export runs as exported, not with {asked}; export from "
+                "the torch model dir with the setting you want (bert-tasks export --format onnx)"
+            )
+        from bert_tasks.inference.onnx_backend import open_exported
+
+        exported = open_exported(directory, self.policy)
+        self.tokenizer, self.task, self.id2label = exported.tokenizer, exported.task, exported.id2label
+        self.backend = exported.backend
+
+    def _open_torch(
+        self, directory: Path, quantize: str | None, mixed_precision: str, allow_pickle: bool
+    ) -> None:
+        from bert_tasks.inference.torch_backend import TorchBackend
+        from bert_tasks.model_dir import load_finetuned
+
+        loaded = load_finetuned(directory, self.expected_task, allow_pickle=allow_pickle)
+        self.tokenizer, self.task, self.id2label = loaded.tokenizer, loaded.task, loaded.id2label
+        backend = TorchBackend(loaded.model, quantize, mixed_precision)
+        self.model, self.quantized, self.backend = backend.model, backend.quantized, backend
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Predictor:
@@ -101,10 +134,8 @@ class Predictor:
 
     def _window_logits(self, raw: Dataset) -> tuple[Dataset, list[Any]]:
         encoded = self.task.encode(raw, self.tokenizer, None, self.policy.max_length, self.policy.stride)
-        loader = eval_loader(encoded, self.task.collator(self.tokenizer), self.batch_size)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
-            logits = collect_window_logits(self.model, loader, len(encoded), device=self.device)
-        return encoded, logits
+        collate = self.task.collator(self.tokenizer, self.backend.tensors)
+        return encoded, self.backend.window_logits(encoded, collate, self.batch_size)
 
 
 class SentimentClassifier(Predictor):

@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, load_finetuned
+from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, check_method, load_finetuned
 
 if TYPE_CHECKING:
     from torch import nn
     from transformers import PreTrainedModel
 
-#: Files of a model dir that travel with an export besides weights, config and tokenizer.
-_EXTRA_FILES = ("recipe.yaml",)
+#: Files of a model dir that travel with an export (torch or ONNX) besides weights, config and tokenizer.
+EXTRA_FILES = ("recipe.yaml",)
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,6 @@ class SizeChange:
         return (
             f"{self.before / 2**20:.1f} MiB -> {self.after / 2**20:.1f} MiB ({self.after / self.before:.0%})"
         )
-
-
-def check_method(method: str | None) -> str | None:
-    """None (no quantization) or a known method; anything else is a user error."""
-    if method is not None and method not in QUANTIZE_METHODS:
-        raise BertTasksError(f"quantize: unknown method {method!r}; choose {', '.join(QUANTIZE_METHODS)}")
-    return method
 
 
 def quantize_model(model: PreTrainedModel, method: str = "int8") -> SizeChange:
@@ -120,7 +113,7 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
         with target.writing():
             model.save_pretrained(out)
             loaded.tokenizer.save_pretrained(out)
-            for name in _EXTRA_FILES:
+            for name in EXTRA_FILES:
                 if (Path(model_dir) / name).is_file():
                     shutil.copy2(Path(model_dir) / name, out / name)
             (out / MODEL_CARD).write_text(str(card), encoding="utf-8")

@@ -101,6 +101,20 @@ def set_attention_dropout(model: PreTrainedModel, p: float) -> None:
             module.dropout.p = p
 
 
+def traceable(model: PreTrainedModel) -> PreTrainedModel:
+    """Undo the unpadding (encoder and first-token head) of a patched model, in place, for graph export.
+
+    Unpadding picks the real tokens of each batch, a data-dependent shape that torch.export cannot trace;
+    the fused attention and dropout stay (they trace, and keep one qkv matmul per layer in the graph).
+    The model computes the same logits either way.
+    """
+    for encoder in model.modules():
+        if type(encoder) is UnpaddedBertEncoder:
+            encoder.__class__ = BertEncoder
+    vars(model).pop("forward", None)  # `_first_token_forward`, set on the instance by patch_bert
+    return model
+
+
 def is_patched(model: nn.Module) -> bool:
     """True when the model runs bert-tasks' fused attention."""
     return any(isinstance(m, FusedBertSelfAttention) for m in model.modules())

@@ -163,9 +163,12 @@ class Task(ABC):
 
     @abstractmethod
     def collator(
-        self, tokenizer: PreTrainedTokenizerBase
-    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
-        """Pad a list of model-input rows to the longest one (dynamic padding), labels included."""
+        self, tokenizer: PreTrainedTokenizerBase, return_tensors: str = "pt"
+    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor | np.ndarray]]:
+        """Pad a list of model-input rows to the longest one (dynamic padding), labels included.
+
+        `return_tensors`: "pt" (torch tensors) for the torch models, "np" (numpy arrays) for onnxruntime.
+        """
 
     # Scoring and decoding.
 

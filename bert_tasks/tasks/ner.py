@@ -369,12 +369,14 @@ class NerTask(Task):
         return [label2id[tag] for tag in tags]
 
     def collator(
-        self, tokenizer: PreTrainedTokenizerBase
-    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
+        self, tokenizer: PreTrainedTokenizerBase, return_tensors: str = "pt"
+    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor | np.ndarray]]:
         """Pad to the batch's longest window (multiple of 8 for tensor cores); labels padded with -100."""
         from transformers import DataCollatorForTokenClassification
 
-        return DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8, label_pad_token_id=IGNORE)
+        return DataCollatorForTokenClassification(
+            tokenizer, pad_to_multiple_of=8, label_pad_token_id=IGNORE, return_tensors=return_tensors
+        )
 
     def predict_tags(
         self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]

@@ -152,12 +152,12 @@ class SentimentTask(Task):
         )
 
     def collator(
-        self, tokenizer: PreTrainedTokenizerBase
-    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
+        self, tokenizer: PreTrainedTokenizerBase, return_tensors: str = "pt"
+    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor | np.ndarray]]:
         """Dynamic padding to the batch's longest window (a multiple of 8 for tensor cores)."""
         from transformers import DataCollatorWithPadding
 
-        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors="pt")
+        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors=return_tensors)
 
     def metrics(
         self,

@@ -78,9 +78,9 @@ class QuestionTask(Task):
         return raw.map(windows, batched=True, with_indices=True, remove_columns=raw.column_names)
 
     def collator(
-        self, tokenizer: PreTrainedTokenizerBase
-    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
-        return DataCollatorWithPadding(tokenizer, return_tensors="pt")
+        self, tokenizer: PreTrainedTokenizerBase, return_tensors: str = "pt"
+    ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor | np.ndarray]]:
+        return DataCollatorWithPadding(tokenizer, return_tensors=return_tensors)
 
     def _predicted(self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray]) -> np.ndarray:
         sums = np.zeros((len(raw), len(window_logits[0])))  # [N, C]

@@ -1,0 +1,42 @@
+"""Run a model dir's weights with transformers' BERT on torch: the backend of every fine-tuned dir."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from bert_tasks.data.batching import eval_loader
+from bert_tasks.inference.quantize import SizeChange, quantize_model
+from bert_tasks.inference.windows import collect_window_logits
+from bert_tasks.runtime import resolve_mixed_precision
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from transformers import PreTrainedModel
+
+    from bert_tasks.data.batching import Collate
+
+
+class TorchBackend:
+    """A loaded (patched) model on the best device: CUDA when there is one, CPU for int8 Linear layers."""
+
+    #: What the task's collator is asked for.
+    tensors = "pt"
+
+    def __init__(self, model: PreTrainedModel, quantize: str | None, mixed_precision: str) -> None:
+        self.model = model
+        #: Weight bytes before/after quantization; None for a float model.
+        self.quantized: SizeChange | None = quantize_model(model, quantize) if quantize else None
+        # Dynamically quantized Linear layers run on CPU only.
+        self.device = torch.device("cuda" if torch.cuda.is_available() and not quantize else "cpu")
+        self.model.to(self.device)
+        self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
+
+    def window_logits(self, encoded: Dataset, collate: Collate, batch_size: int) -> list[np.ndarray]:
+        """Logits per encoded row, in row order (`collect_window_logits`)."""
+        loader = eval_loader(encoded, collate, batch_size)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
+            return collect_window_logits(self.model, loader, len(encoded), device=self.device)
