@@ -180,6 +180,12 @@ def _parser() -> argparse.ArgumentParser:
     attention.add_argument("--layer", help="layer number from 0, or 'all' (default: the last layer)")
     attention.add_argument("--head", type=int, help="head number from 0 (default: every head of the layer)")
     attention.add_argument("--out", help="PNG to write (default: attention_<layer>[_head<H>].png)")
+    attention.add_argument(
+        "--html", metavar="PAGE", help="write an explorable page (.html) instead of a PNG; opens on --layer/--head"
+    )
+    attention.add_argument(
+        "--compare", metavar="MODEL", help="with --html: a second model (e.g. fine-tuned) and its difference"
+    )
     attention.set_defaults(run=_attention, positionals="text")
 
     memory = commands.add_parser("memory", help="attention memory: formula vs measured, eager vs fused SDPA")
@@ -350,6 +356,16 @@ def _attention(args: argparse.Namespace) -> None:
     text = " ".join(args.text)
     if not text.strip():
         raise BertTasksError('nothing to draw: give a text, e.g. bert-tasks attention "The patient is ill"')
+    if args.html is not None:
+        if args.out is not None:
+            raise BertTasksError("--out writes a PNG and --html a page: give one of them")
+        from bert_tasks.insight.attention_page import write_attention_page
+
+        page = write_attention_page(text, args.html, args.model, args.compare, args.layer, args.head)
+        print(f"attention page written to {page}")
+        return
+    if args.compare is not None:
+        raise BertTasksError("--compare shows two models on the HTML page only; add --html PAGE")
     from bert_tasks.insight.attention_maps import draw_attention
 
     path, _ = draw_attention(text, args.model, args.layer, args.head, args.out)
