@@ -140,7 +140,7 @@ def check_png_path(out: str | Path) -> None:
 
 
 def check_html_path(out: str | Path, command: str) -> None:
-    """`<command> --html` names an HTML page: .html (or .htm) and no directory (checked before torch loads)."""
+    """`<command> --html` names an HTML page: .html (or .htm), no directory (checked before torch loads)."""
     _check_file_path(out, f"{command} --html", "HTML pages", (".html", ".htm"))
 
 

@@ -82,10 +82,10 @@ def attention_page(maps: AttentionMaps, compare: AttentionMaps | None, layer: in
     note = ""
     if maps.text_pieces > len(maps.tokens):
         note = (
-            f'<p class="note" id="note">The text is {maps.text_pieces} word pieces; this page shows the first '
-            f"{len(maps.tokens)} ([CLS], {len(maps.tokens) - 2} pieces of the text, [SEP]): the model read "
-            f"only those. The last {maps.text_pieces - len(maps.tokens)} pieces are not shown; to see them, "
-            "give their part of the text.</p>"
+            f'<p class="note" id="note">The text is {maps.text_pieces} word pieces; this page shows the '
+            f"first {len(maps.tokens)} ([CLS], {len(maps.tokens) - 2} pieces of the text, [SEP]): the model "
+            f"read only those. The last {maps.text_pieces - len(maps.tokens)} pieces are not shown; to see "
+            "them, give their part of the text.</p>"
         )
     body = f"""<header>
 <h1>{html.escape(title)}</h1>
