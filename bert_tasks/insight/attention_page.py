@@ -3,7 +3,7 @@ head view, optionally beside a second model's and their difference.
 
 The weights are `attention_maps`' (the fused attention's exact math path), the same numbers the PNG
 heatmaps draw. They travel as 16-bit integers in ten-thousandths, base64-encoded: 2.7 bytes a weight,
-so the default model's 6 x 12 heads over 128 word pieces make a 1.6 MB page (3.1 MB with --compare).
+so the default model's 6 x 12 heads over 128 word pieces make a 3.2 MB page (6.3 MB with --compare).
 Longer texts are capped at `MAX_PAGE_PIECES` word pieces, and the page says so at its top.
 """
 
