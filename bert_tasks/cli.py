@@ -22,7 +22,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bert_tasks import __version__
 from bert_tasks.config import DEFAULT_MODEL, Config
@@ -30,6 +30,9 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import QUANTIZE_METHODS
 from bert_tasks.runtime import configure_cli_process
 from bert_tasks.tasks import task_names
+
+if TYPE_CHECKING:
+    from bert_tasks.tasks.base import Task
 
 #: Pickle-based weights (pytorch_model.bin) can run arbitrary code when loaded: only on request.
 ALLOW_PICKLE_HELP = "also load pickle-based pytorch_model.bin weights (only from a source you trust)"
@@ -142,6 +145,9 @@ def _parser() -> argparse.ArgumentParser:
         "--out", help="where to write metrics JSON and plots (default: <model>/eval-<data>)"
     )
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument(
+        "--html", metavar="PAGE", help="also write the evaluation as an explorable page (.html; ner)"
+    )
     evaluate.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
     evaluate.add_argument(
         "--quantize", choices=QUANTIZE_METHODS, help="score the dynamically quantized model"
@@ -169,6 +175,9 @@ def _parser() -> argparse.ArgumentParser:
         help="text (for people, the default), json (= --json), or label-studio: one JSON array of Label "
         "Studio tasks pre-annotated with the predictions, to import into a project",
     )
+    predict.add_argument(
+        "--html", metavar="PAGE", help="also write the predictions as an explorable page (.html; ner)"
+    )
     predict.add_argument("--batch-size", type=int, default=64)
     predict.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
     predict.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
@@ -182,6 +191,14 @@ def _parser() -> argparse.ArgumentParser:
     attention.add_argument("--layer", help="layer number from 0, or 'all' (default: the last layer)")
     attention.add_argument("--head", type=int, help="head number from 0 (default: every head of the layer)")
     attention.add_argument("--out", help="PNG to write (default: attention_<layer>[_head<H>].png)")
+    attention.add_argument(
+        "--html",
+        metavar="PAGE",
+        help="write an explorable page (.html) instead of a PNG, open at --layer/--head",
+    )
+    attention.add_argument(
+        "--compare", metavar="MODEL", help="with --html: a second model (e.g. fine-tuned) and its difference"
+    )
     attention.set_defaults(run=_attention, positionals="text")
 
     memory = commands.add_parser("memory", help="attention memory: formula vs measured, eager vs fused SDPA")
@@ -311,6 +328,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         out_dir,
         quantize=args.quantize,
         allow_pickle=args.allow_pickle,
+        html=args.html,
     )
     if args.json:
         print(json.dumps(metrics, indent=2))
@@ -333,20 +351,43 @@ def _predict(args: argparse.Namespace) -> None:
     output = args.format or ("json" if args.json else "text")
     model_dir = _model_dir(args)
     read_policy(model_dir, args.task)  # a wrong or damaged model dir is answered before torch loads
+    if args.html is None:
+        _predict_and_print(args, model_dir, texts, output)
+        return
+    from pathlib import Path
+
+    from bert_tasks.output_paths import page_output, write_atomically
+    from bert_tasks.tasks import task_class
+
+    task_class(args.task).check_page("predict")
+    with page_output(args.html, "predict") as page:  # checked (and made) before the model loads
+        task, predictions = _predict_and_print(args, model_dir, texts, output)
+        with page.writing():
+            write_atomically(Path(args.html), task.predictions_page(texts, predictions))
+    logging.getLogger("bert_tasks.cli").info("predictions page written to %s", args.html)
+
+
+def _predict_and_print(
+    args: argparse.Namespace, model_dir: str, texts: list[str], output: str
+) -> tuple[Task, list[Any]]:
+    """Predict `texts` and print them as `output` asks; return the task and the predictions."""
     from bert_tasks.inference.predictor import Predictor
 
     predictor = Predictor(
         model_dir, batch_size=args.batch_size, quantize=args.quantize, allow_pickle=args.allow_pickle
     )
-    if output == "label-studio":
-        print(json.dumps(predictor.label_studio_tasks(texts), ensure_ascii=False, indent=2))
-        return
     predictions = predictor.predict(texts)
-    if output == "json":
+    if output == "label-studio":
+        from bert_tasks.data.annotation_tools import label_studio_tasks
+
+        tasks = label_studio_tasks(predictor.task, texts, predictions, predictor.model_version)
+        print(json.dumps(tasks, ensure_ascii=False, indent=2))
+    elif output == "json":
         for text, prediction in zip(texts, predictions, strict=True):
             print(json.dumps(predictor.task.record(text, prediction), ensure_ascii=False))
     else:
         print(predictor.task.render_predictions(texts, predictions))
+    return predictor.task, predictions
 
 
 def _model_dir(args: argparse.Namespace) -> str:
@@ -366,6 +407,16 @@ def _attention(args: argparse.Namespace) -> None:
     text = " ".join(args.text)
     if not text.strip():
         raise BertTasksError('nothing to draw: give a text, e.g. bert-tasks attention "The patient is ill"')
+    if args.html is not None:
+        if args.out is not None:
+            raise BertTasksError("--out writes a PNG and --html a page: give one of them")
+        from bert_tasks.insight.attention_page import write_attention_page
+
+        page = write_attention_page(text, args.html, args.model, args.compare, args.layer, args.head)
+        print(f"attention page written to {page}")
+        return
+    if args.compare is not None:
+        raise BertTasksError("--compare shows two models on the HTML page only; add --html PAGE")
     from bert_tasks.insight.attention_maps import draw_attention
 
     path, _ = draw_attention(text, args.model, args.layer, args.head, args.out)

@@ -1,4 +1,5 @@
-"""The one rule every command's output directory follows (evaluate, attention, export); attention's PNG path.
+"""The one rule every command's output directory follows (evaluate, attention, export); the paths of
+attention's PNG and of every command's --html page.
 
 It is checked and created before any model loads, a place that cannot hold files is refused in one line
 naming the path and the OS's reason, and a command that fails leaves no directory it created behind.
@@ -135,14 +136,30 @@ def kernel_dir(path: Path) -> Path | None:
 def check_png_path(out: str | Path) -> None:
     """`attention --out` names a PNG file: its extension is .png and it is no directory (needs no model:
     the CLI checks it before torch loads)."""
+    _check_file_path(out, "attention output", "PNG images", (".png",))
+
+
+def check_html_path(out: str | Path, command: str) -> None:
+    """`<command> --html` names an HTML page: .html (or .htm), no directory (checked before torch loads)."""
+    _check_file_path(out, f"{command} --html", "HTML pages", (".html", ".htm"))
+
+
+def page_output(out: str | Path, command: str) -> CommandOutput:
+    """The folder of `<command> --html PAGE` under the one output rule; enter it before the model loads."""
+    check_html_path(out, command)
+    todo = "pass --html a .html path in a directory you can write to"
+    return CommandOutput(Path(out).parent, f"{command} --html {out}", todo)
+
+
+def _check_file_path(out: str | Path, what: str, kind: str, suffixes: tuple[str, ...]) -> None:
     path = Path(out)
-    if path.suffix.lower() != ".png":
-        kind = f"{path.suffix} files" if path.suffix else "a name without an extension"
+    if path.suffix.lower() not in suffixes:
+        found = f"{path.suffix} files" if path.suffix else "a name without an extension"
         raise BertTasksError(
-            f"attention output {out}: only PNG images are written, not {kind}; give a path ending in .png"
+            f"{what} {out}: only {kind} are written, not {found}; give a path ending in {suffixes[0]}"
         )
     if path.is_dir():
-        raise BertTasksError(f"attention output {out}: is a directory; give a file path ending in .png")
+        raise BertTasksError(f"{what} {out}: is a directory; give a file path ending in {suffixes[0]}")
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from bert_tasks.data.in_memory import in_memory_source
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError, listed
 from bert_tasks.model_dir import ModelPolicy, local_model_dir, read_policy
-from bert_tasks.output_paths import CommandOutput, write_atomically
+from bert_tasks.output_paths import CommandOutput, page_output, write_atomically
 from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
@@ -149,8 +150,10 @@ def evaluate_file(
     out_dir: Path,
     quantize: str | None = None,
     allow_pickle: bool = False,
+    html: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Read `data_file` the way the model's training recipe read its data, score it, write JSON + plots.
+    """Read `data_file` the way the model's training recipe read its data, score it, write JSON + plots
+    (and, with `html`, the task's evaluation page there).
 
     The recipe saved with the model supplies the reader settings (columns, label names, CoNLL tag
     column); `overrides` (key=value) can change them for a file laid out differently. `quantize="int8"`
@@ -158,17 +161,27 @@ def evaluate_file(
     pickle-based weights. The report for people is `task.render_metrics(metrics)` (the CLI prints it).
     """
     read_policy(local_model_dir(model_dir), task)  # a wrong model dir before anything is created
-    with CommandOutput(
-        out_dir, f"evaluate output {out_dir}", "pass --out a directory you can write to"
-    ) as out:  # the output path before the data: reading them loads `datasets`; a bad file undoes the dir
+    if html is not None:
+        task_class(task).check_page("evaluate")
+    todo = "pass --out a directory you can write to"
+    with (
+        CommandOutput(out_dir, f"evaluate output {out_dir}", todo) as out,
+        page_output(html, "evaluate") if html is not None else nullcontext() as page,
+    ):  # the output paths before the data: reading them loads `datasets`; a bad file undoes the dirs
         raw, policy = read_labelled_file(model_dir, data_file, overrides, task)
         from bert_tasks.inference.predictor import Predictor  # torch and transformers: once the data is good
 
         predictor = Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle, policy=policy)
-        metrics = predictor.evaluate(raw)
+        encoded, logits = predictor.window_logits(raw)
+        metrics = predictor.task.metrics(raw, encoded, logits, predictor.id2label)
         with out.writing():
             write_atomically(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
             plots = predictor.task.save_plots(metrics, out_dir)
+        if page is not None:
+            text = predictor.task.evaluation_page(raw, encoded, logits, predictor.id2label, metrics)
+            with page.writing():
+                write_atomically(Path(html), text)
+            plots.append(Path(html))
     written = ", ".join(str(path) for path in [out_dir / "metrics.json", *plots])
     logger.info("%d examples from %s; report in %s", len(raw), data_file, written)
     return metrics

@@ -115,7 +115,7 @@ class Predictor:
             return []
         check_texts_to_predict(texts)
         raw = self.task.texts_to_raw(texts)
-        return self.task.decode(raw, *self._window_logits(raw), self.id2label)
+        return self.task.decode(raw, *self.window_logits(raw), self.id2label)
 
     def records(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """One JSON-ready record per text, as `bert-tasks predict --json` prints them."""
@@ -130,9 +130,11 @@ class Predictor:
 
     def evaluate(self, raw: Dataset) -> dict[str, Any]:
         """Score labelled raw data (as a task's reader returns it) with the task's metrics."""
-        return self.task.metrics(raw, *self._window_logits(raw), self.id2label)
+        return self.task.metrics(raw, *self.window_logits(raw), self.id2label)
 
-    def _window_logits(self, raw: Dataset) -> tuple[Dataset, list[Any]]:
+    def window_logits(self, raw: Dataset) -> tuple[Dataset, list[Any]]:
+        """Encode raw rows into the saved policy's windows and run the model: (windows, logits per window),
+        what a task's `metrics`, `decode` and pages read."""
         encoded = self.task.encode(raw, self.tokenizer, None, self.policy.max_length, self.policy.stride)
         collate = self.task.collator(self.tokenizer, self.backend.tensors)
         return encoded, self.backend.window_logits(encoded, collate, self.batch_size)

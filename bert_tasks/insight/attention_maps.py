@@ -34,6 +34,7 @@ class AttentionMaps:
     model: str  # the model as named by the caller, for titles
     tokens: list[str]  # the T word pieces, [CLS] and [SEP] included
     probs: torch.Tensor  # [L, H, T, T]: layer, head, query token, key token; every row sums to 1
+    text_pieces: int  # word pieces of the whole text, [CLS] and [SEP] included: > T when it was capped
 
     @property
     def num_layers(self) -> int:
@@ -44,8 +45,13 @@ class AttentionMaps:
         return self.probs.shape[1]
 
 
-def attention_maps(text: str, model: str | Path = DEFAULT_MODEL) -> AttentionMaps:
+def attention_maps(
+    text: str, model: str | Path = DEFAULT_MODEL, max_pieces: int | None = None
+) -> AttentionMaps:
     """Run `text` through the patched `model` (a BERT dir, the bundled default or a hub id) once.
+
+    `max_pieces` caps what the model reads at that many word pieces ([CLS] + the text's first pieces +
+    [SEP]), so every row is still a whole distribution; `text_pieces` says how long the text was.
 
     Raises:
         BertTasksError: empty text, a text longer than the model's positions, a head-pruned model, or a
@@ -63,17 +69,17 @@ def attention_maps(text: str, model: str | Path = DEFAULT_MODEL) -> AttentionMap
         raise BertTasksError(
             f"model {model}: has pruned heads; attention maps need every head of every layer"
         )
-    inputs = tokenizer(text, return_tensors="pt")  # input_ids [1, T]
+    text_pieces = len(tokenizer(text, verbose=False)["input_ids"])
     limit = encoder.config.max_position_embeddings
-    if inputs["input_ids"].shape[1] > limit:
-        raise BertTasksError(
-            f"the text is {inputs['input_ids'].shape[1]} word pieces; model {model} reads at most {limit}"
-        )
+    if text_pieces > limit and (max_pieces is None or max_pieces > limit):
+        raise BertTasksError(f"the text is {text_pieces} word pieces; model {model} reads at most {limit}")
+    cap = {} if max_pieces is None else {"truncation": True, "max_length": max_pieces}
+    inputs = tokenizer(text, return_tensors="pt", **cap)  # input_ids [1, T]
     with torch.inference_mode():
         attentions = encoder(**inputs, output_attentions=True).attentions  # L x [1, H, T, T]
     probs = torch.cat(attentions).float()  # [L, H, T, T]
     tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
-    return AttentionMaps(model=_display_name(model), tokens=tokens, probs=probs)
+    return AttentionMaps(model=_display_name(model), tokens=tokens, probs=probs, text_pieces=text_pieces)
 
 
 def parse_layer(layer: int | str | None, num_layers: int) -> int | None:

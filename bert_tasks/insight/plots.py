@@ -1,4 +1,4 @@
-"""PNG plots of a run: the confusion matrix and the training curves.
+"""PNG plots of a run: the confusion matrix, NER scores per type with the error breakdown, training curves.
 
 Figures are built with `matplotlib.figure.Figure` (rendered by the Agg canvas) instead of pyplot's
 global figures, so plotting works on headless servers and leaves no open figures behind.
@@ -70,6 +70,49 @@ def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str]
     ax.set_title(title)
     ax.set_xlabel("Predicted")
     ax.set_ylabel("Gold")
+    return _save(fig, path)
+
+
+#: Entity types the NER scores PNG draws bars for; beyond, the most frequent ones (by gold support).
+NER_PLOT_TYPES = 30
+
+
+def plot_ner_scores(per_type: dict[str, dict[str, float]], errors: dict[str, Any], path: str | Path) -> Path:
+    """Per-type precision, recall and F1 as grouped horizontal bars (support beside each type), and the
+    counts of each kind of error, as the NER metric returns them.
+
+    Beyond `NER_PLOT_TYPES` types the bars show the most frequent ones and the title says so (every type
+    is in metrics.json), so the figure's height stays bounded.
+    """
+    names = sorted(per_type, key=lambda name: (-per_type[name]["support"], name))
+    title = "Entity scores per type"
+    if len(names) > NER_PLOT_TYPES:
+        title = f"Entity scores: the {NER_PLOT_TYPES} most frequent of {len(names)} types (all: metrics.json)"
+        names = names[:NER_PLOT_TYPES]
+    kinds = [kind for kind in errors if kind != "examples"]
+    fig = Figure(figsize=(12, max(3.0, 1.2 + 0.45 * len(names))), layout="constrained")
+    scores, breakdown = fig.subplots(1, 2, width_ratios=[3, 2])
+    rows = np.arange(len(names))  # one row per type, best-supported on top
+    for offset, (metric, colour) in enumerate(
+        zip(("precision", "recall", "f1"), ("#9ecae1", "#4292c6", "#08519c"), strict=True)
+    ):
+        values = [per_type[name][metric] for name in names]
+        scores.barh(rows + (offset - 1) * 0.27, values, height=0.27, color=colour, label=metric)
+    scores.set_yticks(rows, [f"{_short(name)} ({per_type[name]['support']})" for name in names])
+    scores.invert_yaxis()
+    scores.set_xlim(0, 1)
+    scores.set_xlabel("score (support: gold entities)")
+    scores.set_title(title)
+    scores.legend(loc="lower right", fontsize=8)
+    counts = [errors[kind] for kind in kinds]
+    breakdown.barh(np.arange(len(kinds)), counts, color="#cb181d")
+    breakdown.set_yticks(np.arange(len(kinds)), [kind.replace("_", " ") for kind in kinds])
+    breakdown.invert_yaxis()
+    for row, count in enumerate(counts):
+        breakdown.annotate(f" {count}", (count, row), va="center", fontsize=9)
+    breakdown.set_xlim(0, max(counts, default=0) * 1.15 + 1)
+    breakdown.set_xlabel("entities")
+    breakdown.set_title("Errors by kind")
     return _save(fig, path)
 
 

@@ -213,6 +213,34 @@ class Task(ABC):
     def render_metrics(self, metrics: dict[str, Any]) -> str:
         """Evaluation results as text for people."""
 
+    def predictions_page(self, texts: Sequence[str], predictions: Sequence[Any]) -> str:
+        """Predictions as one self-contained HTML page (`predict --html`); a task without one says so."""
+        raise BertTasksError(self._no_page("predict"))
+
+    def evaluation_page(
+        self,
+        raw: Dataset,
+        encoded: Dataset,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
+        metrics: dict[str, Any],
+    ) -> str:
+        """An evaluation as one self-contained HTML page (`evaluate --html`), from the same window logits
+        its `metrics` were scored on; a task without one says so."""
+        raise BertTasksError(self._no_page("evaluate"))
+
+    @classmethod
+    def check_page(cls, command: str) -> None:
+        """Refuse `<command> --html` before any model loads when the task draws no such page (it does
+        when it overrides `predictions_page` / `evaluation_page`)."""
+        method = {"predict": "predictions_page", "evaluate": "evaluation_page"}[command]
+        if getattr(cls, method) is getattr(Task, method):
+            raise BertTasksError(cls._no_page(command))
+
+    @classmethod
+    def _no_page(cls, command: str) -> str:
+        return f"{command} --html: the {cls.name} task draws no HTML page for {command}; drop --html"
+
     def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
         """Write the task's evaluation plots (none by default); return their paths."""
         return []

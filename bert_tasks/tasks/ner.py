@@ -472,6 +472,32 @@ class NerTask(Task):
             blocks.append("\n".join(lines if entities else [*lines, "  (no entities)"]))
         return "\n\n".join(blocks)
 
+    def predictions_page(self, texts: Sequence[str], predictions: Sequence[list[dict[str, Any]]]) -> str:
+        """The texts with their entities marked in place, a colour per type, the score on hover."""
+        from bert_tasks.insight.entity_pages import predictions_page
+
+        return predictions_page(texts, predictions)
+
+    def evaluation_page(
+        self,
+        raw: Dataset,
+        encoded: Dataset,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
+        metrics: dict[str, Any],
+    ) -> str:
+        """Gold beside predicted per sentence, each error with its kind, filterable by kind and type."""
+        from bert_tasks.insight.entity_pages import evaluation_page
+
+        predicted = self.predict_tags(raw, encoded, window_logits, id2label)
+        return evaluation_page(raw["tokens"], raw["tags"], predicted, metrics)
+
+    def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
+        """Per-type precision/recall/F1 bars and the error breakdown as one PNG (bounded for many types)."""
+        from bert_tasks.insight.plots import plot_ner_scores  # matplotlib: only evaluation needs it
+
+        return [plot_ner_scores(metrics["per_type"], metrics["errors"], out_dir / "ner_scores.png")]
+
     def render_metrics(self, metrics: dict[str, Any]) -> str:
         """Overall and per-type scores (default and strict IOB2) and the error breakdown with examples."""
         overall = f"entity F1 {metrics['f1']:.4f} (precision {metrics['precision']:.4f}, "

@@ -71,6 +71,38 @@ def _describe(entity: tuple[str, int, int] | None, tokens: list[str] | None) -> 
     return f"{' '.join(tokens[start : end + 1])} [{label}]"
 
 
+Entity = tuple[str, int, int]  # (type, first word, last word), as seqeval's get_entities reads BIO tags
+
+
+def sentence_errors(
+    reference: list[str], prediction: list[str]
+) -> list[tuple[str, Entity | None, Entity | None]]:
+    """Every entity error of one sentence as (category, gold entity, predicted entity): the predicted
+    entities that are not gold, in word order, then the gold entities no prediction overlaps (`missed`).
+
+    One rule for the counts here and for `evaluate --html`'s page, which marks each error in place.
+    """
+    gold = set(get_entities(list(reference)))
+    guessed = set(get_entities(list(prediction)))
+    errors: list[tuple[str, Entity | None, Entity | None]] = []
+    for p in sorted(guessed - gold, key=lambda e: e[1]):
+        overlapping = sorted((g for g in gold if g[1] <= p[2] and p[1] <= g[2]), key=lambda e: e[1])
+        same_span = [g for g in overlapping if g[1:] == p[1:]]
+        same_type = [g for g in overlapping if g[0] == p[0]]
+        if not overlapping:
+            errors.append(("spurious", None, p))
+        elif same_span:
+            errors.append(("wrong_type", same_span[0], p))
+        elif same_type:
+            errors.append(("wrong_boundary", same_type[0], p))
+        else:
+            errors.append(("wrong_type_and_boundary", overlapping[0], p))
+    for g in sorted(gold, key=lambda e: e[1]):
+        if not any(p[1] <= g[2] and g[1] <= p[2] for p in guessed):
+            errors.append(("missed", g, None))
+    return errors
+
+
 def error_breakdown(
     references: list[list[str]],
     predictions: list[list[str]],
@@ -80,34 +112,14 @@ def error_breakdown(
     """Count and sample entity errors by kind (see the module description for the categories)."""
     counts = dict.fromkeys(CATEGORIES, 0)
     examples: dict[str, list[dict]] = {name: [] for name in CATEGORIES}
-
-    def record(category: str, sentence: int, gold, pred) -> None:
-        counts[category] += 1
-        if len(examples[category]) < max_examples:
-            words = tokens[sentence] if tokens is not None else None
-            examples[category].append(
-                {"sentence": sentence, "gold": _describe(gold, words), "pred": _describe(pred, words)}
-            )
-
     for sentence, (ref, pred) in enumerate(zip(references, predictions, strict=True)):
-        gold = set(get_entities(list(ref)))
-        guessed = set(get_entities(list(pred)))
-        for p in sorted(guessed - gold, key=lambda e: e[1]):
-            overlapping = [g for g in gold if g[1] <= p[2] and p[1] <= g[2]]
-            if not overlapping:
-                record("spurious", sentence, None, p)
-                continue
-            same_span = [g for g in overlapping if g[1:] == p[1:]]
-            same_type = [g for g in overlapping if g[0] == p[0]]
-            if same_span:
-                record("wrong_type", sentence, same_span[0], p)
-            elif same_type:
-                record("wrong_boundary", sentence, same_type[0], p)
-            else:
-                record("wrong_type_and_boundary", sentence, overlapping[0], p)
-        for g in sorted(gold, key=lambda e: e[1]):
-            if not any(p[1] <= g[2] and g[1] <= p[2] for p in guessed):
-                record("missed", sentence, g, None)
+        words = tokens[sentence] if tokens is not None else None
+        for category, gold, guess in sentence_errors(ref, pred):
+            counts[category] += 1
+            if len(examples[category]) < max_examples:
+                examples[category].append(
+                    {"sentence": sentence, "gold": _describe(gold, words), "pred": _describe(guess, words)}
+                )
     return {**counts, "examples": examples}
 
 
