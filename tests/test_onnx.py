@@ -55,7 +55,7 @@ def _logits(model_dir: Path, export_dir: Path, data: Path) -> tuple[list, list]:
     """Window logits of the torch dir and of its export on a labelled file (the same encoding)."""
     torch_predictor, onnx_predictor = Predictor(model_dir, mixed_precision="no"), Predictor(export_dir)
     raw = torch_predictor.task.read_file(str(data), _reader_config(torch_predictor.task.name))
-    return torch_predictor._window_logits(raw)[1], onnx_predictor._window_logits(raw)[1]
+    return torch_predictor.window_logits(raw)[1], onnx_predictor.window_logits(raw)[1]
 
 
 def _reader_config(task: str) -> object:
