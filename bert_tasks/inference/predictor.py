@@ -15,7 +15,7 @@ import torch
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
 from bert_tasks.data.batching import eval_loader
-from bert_tasks.data.files import check_text, is_blank
+from bert_tasks.data.files import check_texts
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import SizeChange, check_method, quantize_model
 from bert_tasks.inference.windows import collect_window_logits
@@ -73,10 +73,7 @@ class Predictor:
         texts = list(texts)
         if not texts:
             return []
-        for index, text in enumerate(texts):
-            if not isinstance(text, str) or is_blank(text):  # zero-width characters only are empty too
-                raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
-            check_text(text, f"text {index + 1}", nul=True)  # a lone surrogate: the tokenizer would choke
+        check_texts(texts)
         raw = self.task.texts_to_raw(texts)
         return self.task.decode(raw, *self._window_logits(raw), self.id2label)
 
