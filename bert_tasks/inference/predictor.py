@@ -42,9 +42,11 @@ class Predictor:
         mixed_precision: str = "auto",
         allow_pickle: bool = False,
         quantize: str | None = None,
+        progress: bool = True,
     ) -> None:
         """`quantize="int8"`: dynamic INT8 Linear layers (CPU, fp32 activations); None quantizes only a
-        dir written by `bert-tasks export --quantize`, whose policy asks for it."""
+        dir written by `bert-tasks export --quantize`, whose policy asks for it. `progress=False`: no
+        progress bar per call (a server, or a caller with a bar of its own)."""
         check_method(quantize)
         if quantize and mixed_precision == "bf16":
             raise BertTasksError(
@@ -58,7 +60,7 @@ class Predictor:
         quantize = quantize or self.policy.quantize
         #: Weight bytes before/after quantization; None for a float model.
         self.quantized: SizeChange | None = quantize_model(self.model, quantize) if quantize else None
-        self.batch_size = batch_size
+        self.batch_size, self.progress = batch_size, progress
         # Dynamically quantized Linear layers run on CPU only.
         self.device = torch.device("cuda" if torch.cuda.is_available() and not quantize else "cpu")
         self.model.to(self.device)
@@ -82,6 +84,15 @@ class Predictor:
         texts = list(texts)
         return [self.task.record(t, p) for t, p in zip(texts, self.predict(texts), strict=True)]
 
+    def annotate(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Each (`where`, record with a "text") as the record with this model's prediction added.
+
+        Every input field passes through (`id` and others); the prediction's keys follow them. A record
+        that already holds one of those keys is refused, naming `where`: its value would be lost.
+        """
+        predicted = self.records([fields["text"] for _, fields in records])
+        return [with_prediction(w, fields, rec) for (w, fields), rec in zip(records, predicted, strict=True)]
+
     def label_studio_tasks(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """The texts as Label Studio tasks pre-annotated with this model's predictions (one JSON array,
         as `bert-tasks predict --format label-studio` prints it, imports into a Label Studio project)."""
@@ -96,8 +107,21 @@ class Predictor:
         encoded = self.task.encode(raw, self.tokenizer, None, self.policy.max_length, self.policy.stride)
         loader = eval_loader(encoded, self.task.collator(self.tokenizer), self.batch_size)
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
-            logits = collect_window_logits(self.model, loader, len(encoded), device=self.device)
+            logits = collect_window_logits(
+                self.model, loader, len(encoded), device=self.device, progress=self.progress
+            )
         return encoded, logits
+
+
+def with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it)."""
+    clash = next((key for key in record if key != "text" and key in fields), None)
+    if clash is not None:
+        raise BertTasksError(
+            f"{where}: the record has a field '{clash}', which the prediction writes; rename that field "
+            f"(e.g. to 'gold_{clash}') or drop it, so that neither value is lost"
+        )
+    return {**fields, **record}
 
 
 class SentimentClassifier(Predictor):
