@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import fastapi
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from bert_tasks import __version__
 from bert_tasks.data.files import check_texts
@@ -56,7 +56,7 @@ class TextRecord(BaseModel):
     """A text with its own fields: `id` and any other field come back with the prediction."""
 
     model_config = ConfigDict(extra="allow")
-    id: StrictStr | StrictInt | None = Field(default=None, description="passed back as given")
+    id: Any = Field(default=None, description="any JSON value, passed back as given")
     text: StrictStr
 
 
