@@ -77,8 +77,9 @@ def chunks(records: Iterable[Record], max_texts: int, max_chars: int) -> Iterato
 class JsonlOutput:
     """The output file, checked before any model loads: a new path, not the input, in a writable dir.
 
-    A path that exists is refused (it may be the user's file; nothing they wrote is replaced). The
-    lines are written to `OUT.partial` (rewritten by a rerun) and renamed to OUT by `finish`. Used as a
+    A path that exists is refused (it may be the user's file, or the input; nothing they wrote is
+    replaced). The lines are written to `OUT.partial` (rewritten by a rerun, unless it is the input) and
+    renamed to OUT by `finish`. Used as a
     context manager, so a command that fails before its first chunk leaves no empty `OUT.partial`.
     """
 
@@ -89,8 +90,10 @@ class JsonlOutput:
             raise BertTasksError(
                 f"--out {self.path}: already exists; give a new path, or remove the file first"
             )
-        if input_path not in (None, "-") and self.path.resolve() == Path(input_path).resolve():
-            raise BertTasksError(f"--out {self.path}: is the input file; give a new path")
+        if input_path not in (None, "-") and self.partial.resolve() == Path(input_path).resolve():
+            raise BertTasksError(
+                f"--out {self.path}: its partial file {self.partial} is the input; give another --out"
+            )
         try:
             self._stream = open(self.partial, "wb")  # noqa: SIM115 (open until finish)
         except OSError as error:
