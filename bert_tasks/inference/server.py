@@ -74,6 +74,11 @@ class PredictRequest(BaseModel):
         return self
 
 
+#: /predict's body in the OpenAPI schema; the models it refers to join the schema's components.
+_REQUEST_SCHEMA = PredictRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+_REQUEST_MODELS = _REQUEST_SCHEMA.pop("$defs", {})
+
+
 class PredictResponse(BaseModel):
     """One record per text, in request order: what `bert-tasks predict --json` prints (records: their
     own fields first)."""
@@ -95,12 +100,12 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
             quantize=settings.quantize,
             progress=False,
         )
-    model = predictor
-    info = _static_info(settings, model)
+    info = _static_info(settings, predictor)
+    run_batch = predictor.records
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.batcher = MicroBatcher(model.records, settings.max_batch, settings.max_wait_ms)
+        app.state.batcher = MicroBatcher(run_batch, settings.max_batch, settings.max_wait_ms)
         app.state.batcher.start()
         yield
         await app.state.batcher.close()  # uvicorn waited for open requests; their batches finish here
@@ -127,10 +132,7 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
         "/predict",
         response_model=PredictResponse,
         openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": PredictRequest.model_json_schema()}},
-            }
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _REQUEST_SCHEMA}}}
         },
         responses={
             400: {"description": "the body is not JSON"},
@@ -163,6 +165,15 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
         except BertTasksError as error:
             raise HTTPException(422, str(error)) from None
 
+    openapi = app.openapi
+
+    def openapi_with_request_models() -> dict[str, Any]:
+        """FastAPI's schema, plus the models the request body refers to (the body is parsed by hand)."""
+        schema = openapi()
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(_REQUEST_MODELS)
+        return schema
+
+    app.openapi = openapi_with_request_models  # type: ignore[method-assign]
     return app
 
 

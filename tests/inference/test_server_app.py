@@ -61,6 +61,8 @@ def test_health_info_and_openapi(client: TestClient, sentiment_run: Path) -> Non
     body = schema["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["properties"]) == {"texts", "records"}
     assert {"400", "413", "422", "500"} <= set(schema["paths"]["/predict"]["post"]["responses"])
+    refs = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', json.dumps(schema))
+    assert "TextRecord" in refs and set(refs) <= set(schema["components"]["schemas"])  # every $ref resolves
 
 
 def test_predict_answers_what_predict_json_prints(client: TestClient, predictor: Predictor) -> None:
