@@ -1,7 +1,9 @@
 """Benchmark: `bert-tasks serve` under load on loopback, against the library's own batch throughput.
 
-Bounded, and stops by itself: first the library alone (a `Predictor` in this process, batches of
---max-batch over the texts, median of --repeats, then it is freed), then one server process
+Bounded, and stops by itself: first the library alone (a `Predictor` in this process, set up as the
+command line sets its own process, `predictor.records(texts)` over all texts in its length-sorted
+batches of --max-batch: what a program calling the library gets; median of --repeats, then freed), then
+one server process
 (`bert-tasks serve sentiment`, as a user starts it) and, for each number of concurrent clients, --requests
 requests of one text each (a client sends its next request when its answer came). Reported per client
 count: texts/s against the library's, latency p50/p95/p99, errors (any status but 200, or no answer),
@@ -29,13 +31,15 @@ from pathlib import Path
 
 import httpx
 import psutil
-from common import machine_line, read_tsv, table_header, table_row, write_json
+from common import machine_line, quiet, read_tsv, table_header, table_row, write_json
+
+from bert_tasks.runtime import configure_cli_process
 
 SST2_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "dev.tsv"
 
 
 def library_throughput(model: str, texts: list[str], batch: int, repeats: int) -> float:
-    """Texts/s of `Predictor.records` over all texts in batches of `batch` (median of `repeats`)."""
+    """Texts/s of one `Predictor.records(texts)` call in batches of `batch` (median of `repeats`)."""
     from bert_tasks.inference.predictor import Predictor
 
     predictor = Predictor(model, batch_size=batch, progress=False)
@@ -43,8 +47,7 @@ def library_throughput(model: str, texts: list[str], batch: int, repeats: int) -
     runs = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for first in range(0, len(texts), batch):
-            predictor.records(texts[first : first + batch])
+        predictor.records(texts)
         runs.append(len(texts) / (time.perf_counter() - start))
     del predictor
     gc.collect()
@@ -118,6 +121,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    configure_cli_process()  # the server runs with the command line's process settings: so does the library
+    quiet()
     texts = read_tsv(SST2_DEV, "sentence", "label")["text"]
 
     library = library_throughput(args.model, texts, args.max_batch, args.repeats)
@@ -133,13 +138,14 @@ def main() -> None:
         f"on {len(texts)} texts"
     )
     columns = ["clients", "requests", "texts/s", "vs library", "p50 ms", "p95 ms", "p99 ms", "errors"]
-    table_header([*columns, "model calls", "texts per call"])
+    table_header([*columns, "model calls", "texts per call", "server RSS MiB"])
     rows = []
     for clients in args.clients:
         counters = httpx.get(f"{url}/info", timeout=60).json()["counters"]
         seconds, latencies, errors = asyncio.run(load(url, texts, args.requests, clients))
         after = httpx.get(f"{url}/info", timeout=60).json()["counters"]
         calls = after["batches"] - counters["batches"]
+        rss = memory.memory_info().rss
         row = {
             "clients": clients,
             "requests": args.requests,
@@ -151,6 +157,7 @@ def main() -> None:
             "errors": errors,
             "model_calls": calls,
             "texts_per_call": round((after["texts"] - counters["texts"]) / max(calls, 1), 1),
+            "server_rss_mib": round(rss / (1 << 20)),
         }
         rows.append(row)
         table_row([row[key] for key in row])
