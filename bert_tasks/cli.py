@@ -27,17 +27,23 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from bert_tasks import __version__
 from bert_tasks.config import DEFAULT_MODEL, Config
 from bert_tasks.errors import BertTasksError
+from bert_tasks.inference.serve_settings import ServeSettings
 from bert_tasks.model_dir import QUANTIZE_METHODS
 from bert_tasks.runtime import configure_cli_process
 from bert_tasks.tasks import task_names
 
 if TYPE_CHECKING:
+    from bert_tasks.inference.predictor import Predictor
     from bert_tasks.tasks.base import Task
 
 #: Pickle-based weights (pytorch_model.bin) can run arbitrary code when loaded: only on request.
 ALLOW_PICKLE_HELP = "also load pickle-based pytorch_model.bin weights (only from a source you trust)"
 #: What `bert-tasks predict --format` writes.
 PREDICTION_FORMATS = ("text", "json", "label-studio")
+#: The server's defaults (the command line shows and overrides them).
+SERVE = ServeSettings(model_dir="", task="")
+#: The modules of the 'serve' extra and what they bring with them: missing, `serve` names the extra.
+SERVE_EXTRA = ("fastapi", "uvicorn", "starlette", "pydantic", "h11", "anyio")
 #: What `bert-tasks memory --dtype` takes (bert_tasks.insight.memory.DTYPES maps them to torch dtypes).
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
 #: What `bert-tasks export --format` writes: a torch checkpoint quantized on load, or an ONNX graph.
@@ -178,10 +184,59 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "--html", metavar="PAGE", help="also write the predictions as an explorable page (.html; ner)"
     )
+    predict.add_argument(
+        "--out",
+        metavar="OUT.jsonl",
+        help="write JSON Lines to this new file instead of printing: each input record (id and every other "
+        "field kept) with its prediction, in input order, read, predicted and written in bounded chunks",
+    )
     predict.add_argument("--batch-size", type=int, default=64)
     predict.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
     predict.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
     predict.set_defaults(run=_predict, positionals="texts")
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve a saved model over HTTP with micro-batching (needs the 'serve' extra)",
+        description="POST /predict, GET /health, GET /info, OpenAPI at /openapi.json. Listens on "
+        "loopback unless --host says otherwise: put a TLS reverse proxy with auth and rate limits in "
+        "front before opening it to a network (README).",
+    )
+    serve.add_argument("task", choices=tasks)
+    serve.add_argument("--model", help="saved model dir (default: runs/<task>)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    serve.add_argument(
+        "--max-batch",
+        type=int,
+        default=SERVE.max_batch,
+        help=f"texts per model call at most (default: {SERVE.max_batch})",
+    )
+    serve.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=SERVE.max_wait_ms,
+        help="how long the first request of a batch waits for others to join "
+        f"(default: {SERVE.max_wait_ms:g})",
+    )
+    serve.add_argument(
+        "--max-texts",
+        type=int,
+        default=SERVE.max_texts,
+        help=f"texts per request at most (default: {SERVE.max_texts})",
+    )
+    serve.add_argument(
+        "--max-chars",
+        type=int,
+        default=SERVE.max_chars,
+        help=f"characters per request at most (default: {SERVE.max_chars})",
+    )
+    serve.add_argument(
+        "--workers", type=int, default=1, help="processes, each with its own model (default: 1)"
+    )
+    serve.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
+    serve.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
+    serve.set_defaults(run=_serve, positionals="unexpected", unexpected=[])
 
     attention = commands.add_parser("attention", help="draw a text's attention weights as PNG heatmaps")
     attention.add_argument("text", nargs="*", metavar="TEXT", help="the text (its words are joined)")
@@ -337,20 +392,24 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _predict(args: argparse.Namespace) -> None:
-    from bert_tasks.data.files import check_texts_to_predict, read_texts
-    from bert_tasks.model_dir import read_policy
+    if args.out is not None:
+        if args.html is not None:
+            raise BertTasksError(
+                "--out streams predictions to a file, --html needs all for one page; give one"
+            )
+        _predict_to_file(args)
+        return
+    from bert_tasks.data.files import check_texts, read_texts
 
     texts = list(args.texts) + (read_texts(args.file) if args.file else [])
     if not texts:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
-    check_texts_to_predict(texts)
-    if args.batch_size < 1:
-        raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
+    check_texts(texts)
+    _check_batch_size(args)
     if args.json and args.format not in (None, "json"):
         raise BertTasksError(f"--json and --format {args.format} ask for two outputs; give one of them")
     output = args.format or ("json" if args.json else "text")
-    model_dir = _model_dir(args)
-    read_policy(model_dir, args.task)  # a wrong or damaged model dir is answered before torch loads
+    model_dir = _checked_model_dir(args)
     if args.html is None:
         _predict_and_print(args, model_dir, texts, output)
         return
@@ -371,11 +430,7 @@ def _predict_and_print(
     args: argparse.Namespace, model_dir: str, texts: list[str], output: str
 ) -> tuple[Task, list[Any]]:
     """Predict `texts` and print them as `output` asks; return the task and the predictions."""
-    from bert_tasks.inference.predictor import Predictor
-
-    predictor = Predictor(
-        model_dir, batch_size=args.batch_size, quantize=args.quantize, allow_pickle=args.allow_pickle
-    )
+    predictor = _predictor(args, model_dir)
     predictions = predictor.predict(texts)
     if output == "label-studio":
         from bert_tasks.data.annotation_tools import label_studio_tasks
@@ -390,6 +445,44 @@ def _predict_and_print(
     return predictor.task, predictions
 
 
+def _predict_to_file(args: argparse.Namespace) -> None:
+    """`predict --out`: streamed, so a file of any size runs in bounded memory (inference/stream.py)."""
+    from bert_tasks.inference.stream import JsonlOutput, predict_to_jsonl, prediction_inputs
+
+    if args.format not in (None, "json"):
+        raise BertTasksError(f"--out writes JSON Lines, --format {args.format} prints; give one of them")
+    if not args.texts and not args.file:
+        raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
+    _check_batch_size(args)
+    model_dir = _checked_model_dir(args)
+    records, total = prediction_inputs(args.texts, args.file)  # a regular file: read through once here
+    with JsonlOutput(args.out, args.file) as out:
+        count = predict_to_jsonl(_predictor(args, model_dir), records, out, total)
+    print(f"{count} predictions written to {args.out}")
+
+
+def _check_batch_size(args: argparse.Namespace) -> None:
+    if args.batch_size < 1:
+        raise BertTasksError(f"--batch-size must be at least 1, got {args.batch_size}")
+
+
+def _checked_model_dir(args: argparse.Namespace) -> str:
+    """The command's model dir; a wrong or damaged one is answered here, before torch loads."""
+    from bert_tasks.model_dir import read_policy
+
+    model_dir = _model_dir(args)
+    read_policy(model_dir, args.task)
+    return model_dir
+
+
+def _predictor(args: argparse.Namespace, model_dir: str) -> Predictor:
+    from bert_tasks.inference.predictor import Predictor
+
+    return Predictor(
+        model_dir, batch_size=args.batch_size, quantize=args.quantize, allow_pickle=args.allow_pickle
+    )
+
+
 def _model_dir(args: argparse.Namespace) -> str:
     """`--model`, or where `finetune` saves by default (`runs/<task>`), which a newcomer may lack yet."""
     if args.model is not None:
@@ -401,6 +494,33 @@ def _model_dir(args: argparse.Namespace) -> str:
             "or pass --model DIR"
         )
     return default
+
+
+def _serve(args: argparse.Namespace) -> None:
+    if args.unexpected:
+        raise BertTasksError(f"serve takes one task, got also: {' '.join(args.unexpected)}")
+    settings = dataclasses.replace(
+        SERVE,
+        model_dir=_checked_model_dir(args),
+        task=args.task,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        max_texts=args.max_texts,
+        max_chars=args.max_chars,
+        allow_pickle=args.allow_pickle,
+        quantize=args.quantize,
+    )
+    settings.check()
+    try:
+        from bert_tasks.inference.server import serve
+    except ModuleNotFoundError as missing:
+        if missing.name not in SERVE_EXTRA:
+            raise
+        raise BertTasksError(
+            f"bert-tasks serve needs the 'serve' extra ({missing.name} is not installed); "
+            "install it with: pip install 'bert-tasks[serve]'"
+        ) from None
+    serve(settings, args.host, args.port, args.workers)
 
 
 def _attention(args: argparse.Namespace) -> None:

@@ -10,19 +10,21 @@ path, a broken JSON line, an invisible "text" or a lone surrogate is reported th
   marks) characters is empty.
 - `check_text`: NUL characters and lone surrogates (an unpaired `\\ud800` JSON escape, or an undecodable
   command-line byte) are refused with where they are and their character offset.
-- `check_texts_to_predict`: both rules for texts to predict, before any model loads.
+- `check_texts`: both rules for texts to predict, before any model loads.
 - `opens_json`: the format of a stream without a name extension, told by its first line.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from bert_tasks.errors import BertTasksError
 
@@ -31,8 +33,9 @@ _INVISIBLE = frozenset(("Cc", "Cf"))
 #: Characters no text may hold: NUL, and the UTF-16 surrogate halves (never a character on their own).
 _FORBIDDEN = re.compile("[\x00\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-#: The line breaks of a `--file` of texts: LF, CRLF, or a lone CR (never U+2028 and the like, which
-#: JSON strings may hold raw).
+_BOM = b"\xef\xbb\xbf"
+#: Line breaks as a text file has them: LF, CRLF, or a lone CR (never U+2028 and the like, which JSON
+#: strings may hold raw).
 _LINE_BREAK = re.compile("\r\n|\r|\n")
 
 
@@ -72,12 +75,11 @@ def check_text(text: str, where: str, what: str = "the text", *, nul: bool = Fal
     )
 
 
-def check_texts_to_predict(texts: Sequence[object]) -> None:
-    """The rule for texts to predict, from arguments, a file or Python: each is a string that shows
-    something (`is_blank`) and holds no lone surrogate. Needs no model, so the CLI applies it before the
-    model loads."""
+def check_texts(texts: Sequence[object]) -> None:
+    """Refuse a text to predict that is no string, is empty (`is_blank`) or holds a lone surrogate, naming
+    it by its position (`text 3`): the one rule of the command line, the library and the server."""
     for index, text in enumerate(texts):
-        if not isinstance(text, str) or is_blank(text):  # zero-width characters only are empty too
+        if not isinstance(text, str) or is_blank(text):
             raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
         check_text(text, f"text {index + 1}", nul=True)  # a lone surrogate: the tokenizer would choke
 
@@ -102,19 +104,24 @@ def read_bytes(path: str | Path) -> bytes:
     try:
         with open(path, "rb") as stream:
             return stream.read()
-    except FileNotFoundError:
-        raise BertTasksError(
+    except OSError as error:
+        raise _unreadable(path, error) from None
+
+
+def _unreadable(path: str | Path, error: OSError) -> BertTasksError:
+    """Each reason a path does not open, in its own line."""
+    if isinstance(error, FileNotFoundError):
+        return BertTasksError(
             f"{path}: file not found; check the path (relative paths start at the current dir)"
-        ) from None
-    except IsADirectoryError:
-        raise BertTasksError(f"{path}: is a directory, not a file; give the path of a file") from None
-    except PermissionError:
-        raise BertTasksError(
+        )
+    if isinstance(error, IsADirectoryError):
+        return BertTasksError(f"{path}: is a directory, not a file; give the path of a file")
+    if isinstance(error, PermissionError):
+        return BertTasksError(
             f"{path}: permission denied (the file is not readable by this user); "
             "check its permissions (chmod +r) or copy it somewhere readable"
-        ) from None
-    except OSError as e:
-        raise BertTasksError(f"{path}: cannot read the file ({e.strerror or e}); check the path") from None
+        )
+    return BertTasksError(f"{path}: cannot read the file ({error.strerror or error}); check the path")
 
 
 def read_utf8(path: str | Path) -> str:
@@ -159,27 +166,87 @@ def json_records(path: str | Path, text: str) -> Iterator[tuple[str, dict[str, A
 
 
 def read_texts(path: str) -> list[str]:
-    """Texts to predict from a file, or standard input for `-`.
+    """Texts to predict from a file, or standard input for `-` (the format rule of `text_records`)."""
+    return [record["text"] for _, record in text_records(path)]
+
+
+def text_records(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`file:line`, record) for each text to predict in a file, or standard input for `-`, as it is read.
 
     The format is decided once for the whole input, never line by line: JSON Lines when the first
-    non-blank line is a JSON object (then every non-blank line must be one, with a 'text' string), a JSON
-    array when the whole input is an array of such objects, else plain text: one text per non-blank line,
-    whatever the line starts with (`{`, `[` and quotes are text too).
+    non-blank line is a JSON object (then every non-blank line must be one, with a 'text' string; the
+    record is yielded whole, so `id` and any other field travel with it), a JSON array when the whole
+    input is an array of such objects, else plain text: one text per non-blank line (record
+    `{"text": line}`), whatever the line starts with (`{`, `[` and quotes are text too).
+
+    JSON Lines and plain text are read a line at a time, so memory does not grow with the input; an
+    input whose first line opens with `[` is read whole, since only its end says whether it is an array.
     """
-    if path == "-":
-        path = "<stdin>"
-        text = decode_utf8(sys.stdin.buffer.read(), path)
+    name = "<stdin>" if path == "-" else path
+    lines = _nonblank_lines(path, name)
+    first = next(lines, None)
+    if first is None:
+        if path != "-":  # an empty file is a mistake; an empty pipe is a producer with nothing to say
+            raise BertTasksError(f"{path}: the file is empty; give a file with at least one example")
+        return
+    if isinstance(_json_or_none(first[1]), dict):
+        for where, line in itertools.chain([first], lines):
+            yield where, _text_record(where, _jsonl_text_line(where, line))
+        return
+    if first[1].lstrip().startswith("["):
+        buffered = [first, *lines]
+        records = _json_or_none("\n".join(line for _, line in buffered))
+        if isinstance(records, list) and records and all(isinstance(r, dict) for r in records):
+            for number, record in enumerate(records, start=1):
+                yield f"{name}: record {number}", _text_record(f"{name}: record {number}", record)
+            return
+        lines = iter(buffered)
     else:
-        text = read_utf8(path)  # one-line errors for unreadable, empty, non-UTF-8 files
-    lines = [(f"{path}:{n}", line) for n, line in enumerate(_LINE_BREAK.split(text), start=1)]
-    lines = [(where, line) for where, line in lines if not is_blank(line)]
-    first = _json_or_none(lines[0][1]) if lines else None
-    if isinstance(first, dict):
-        return [_text_field(where, _jsonl_text_line(where, line)) for where, line in lines]
-    records = _json_or_none(text) if lines and lines[0][1].lstrip().startswith("[") else None
-    if isinstance(records, list) and records and all(isinstance(r, dict) for r in records):
-        return [_text_field(f"{path}: record {n}", r) for n, r in enumerate(records, start=1)]
-    return [check_text(line, where, "the line") for where, line in lines]
+        lines = itertools.chain([first], lines)
+    for where, line in lines:
+        yield where, {"text": check_text(line, where, "the line")}
+
+
+def _nonblank_lines(path: str, name: str) -> Iterator[tuple[str, str]]:
+    """(`name:line`, text) of each non-blank line, decoded as read; line breaks are LF, CRLF or a lone CR
+    (never U+2028 and the like, which JSON strings may hold raw).
+
+    Lines are numbered as an editor shows them; a byte that is not UTF-8 is one line naming the line and
+    its offset in the input (a byte-order mark at the start is skipped, as spreadsheet exports add one).
+    """
+    with _open_input(path) as stream:
+        number, offset = 0, 0
+        for raw in stream:
+            start = 3 if offset == 0 and raw.startswith(_BOM) else 0
+            try:
+                decoded = raw[start:].decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = number + raw.count(b"\n", 0, start + e.start) + 1
+                raise BertTasksError(
+                    f"{name}:{line}: byte 0x{raw[start + e.start]:02x} at offset {offset + start + e.start} "
+                    "is not UTF-8; re-save the file as UTF-8"
+                ) from None
+            offset += len(raw)
+            decoded = decoded.removesuffix("\n")
+            # CRLF is one break; any other CR is a line break of its own (old Mac files)
+            for piece in decoded.removesuffix("\r").split("\r"):
+                number += 1
+                if not is_blank(piece):
+                    yield f"{name}:{number}", piece
+
+
+@contextmanager
+def _open_input(path: str) -> Iterator[BinaryIO]:
+    """Standard input for `-`, else the path opened for reading, with `read_bytes`' one-line errors."""
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 (held open while the caller iterates)
+    except OSError as error:
+        raise _unreadable(path, error) from None
+    with stream:
+        yield stream
 
 
 def _json_or_none(text: str) -> Any:
@@ -214,8 +281,8 @@ def _jsonl_text_line(where: str, line: str) -> dict[str, Any]:
     return record
 
 
-def _text_field(where: str, record: dict[str, Any]) -> str:
-    """The 'text' of one JSON record of texts to predict."""
+def _text_record(where: str, record: dict[str, Any]) -> dict[str, Any]:
+    """One JSON record of texts to predict, once its 'text' is checked."""
     if "text" not in record:
         found = ", ".join(map(shown, record)) or "none"
         raise BertTasksError(
@@ -229,7 +296,8 @@ def _text_field(where: str, record: dict[str, Any]) -> str:
         )
     if is_blank(value):
         raise BertTasksError(f"{where}: empty text in the 'text' field; fill it in or drop the record")
-    return check_text(value, where, "the text")
+    check_text(value, where, "the text")
+    return record
 
 
 def describe(value: Any) -> str:

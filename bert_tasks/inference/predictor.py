@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
-from bert_tasks.data.files import check_texts_to_predict
+from bert_tasks.data.files import check_texts
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
 from bert_tasks.tasks import task_class
@@ -53,10 +53,12 @@ class Predictor:
         allow_pickle: bool = False,
         quantize: str | None = None,
         policy: ModelPolicy | None = None,
+        progress: bool = True,
     ) -> None:
         """`quantize="int8"`: dynamic INT8 Linear layers (CPU, fp32 activations); None quantizes only a
         dir written by `bert-tasks export --quantize`, whose policy asks for it. `policy`: windows and
-        decoding options to run instead of the saved ones (`evaluate ... viterbi=false`), same task."""
+        decoding options to run instead of the saved ones (`evaluate ... viterbi=false`), same task.
+        `progress=False`: no progress bar per call (a server, or a caller with a bar of its own)."""
         check_method(quantize)
         if quantize and mixed_precision == "bf16":
             raise BertTasksError(
@@ -66,7 +68,7 @@ class Predictor:
         self.policy = read_policy(directory, self.expected_task)
         #: What Label Studio shows as the predictions' model version: the model dir's name.
         self.model_version = Path(model_dir).resolve().name
-        self.batch_size = batch_size
+        self.batch_size, self.progress = batch_size, progress
         #: The torch model (None under onnxruntime) and its weight bytes before/after quantization.
         self.model: nn.Module | None = None
         self.quantized: SizeChange | None = None
@@ -101,7 +103,7 @@ class Predictor:
 
         loaded = load_finetuned(directory, self.expected_task, allow_pickle=allow_pickle)
         self.tokenizer, self.task, self.id2label = loaded.tokenizer, loaded.task, loaded.id2label
-        backend = TorchBackend(loaded.model, quantize, mixed_precision)
+        backend = TorchBackend(loaded.model, quantize, mixed_precision, self.progress)
         self.model, self.quantized, self.backend = backend.model, backend.quantized, backend
 
     @classmethod
@@ -113,7 +115,7 @@ class Predictor:
         texts = list(texts)
         if not texts:
             return []
-        check_texts_to_predict(texts)
+        check_texts(texts)
         raw = self.task.texts_to_raw(texts)
         return self.task.decode(raw, *self.window_logits(raw), self.id2label)
 
@@ -121,6 +123,15 @@ class Predictor:
         """One JSON-ready record per text, as `bert-tasks predict --json` prints them."""
         texts = list(texts)
         return [self.task.record(t, p) for t, p in zip(texts, self.predict(texts), strict=True)]
+
+    def annotate(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Each (`where`, record with a "text") as the record with this model's prediction added.
+
+        Every input field passes through (`id` and others); the prediction's keys follow them. A record
+        that already holds one of those keys is refused, naming `where`: its value would be lost.
+        """
+        predicted = self.records([fields["text"] for _, fields in records])
+        return [with_prediction(w, fields, rec) for (w, fields), rec in zip(records, predicted, strict=True)]
 
     def label_studio_tasks(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """The texts as Label Studio tasks pre-annotated with this model's predictions (one JSON array,
@@ -138,6 +149,17 @@ class Predictor:
         encoded = self.task.encode(raw, self.tokenizer, None, self.policy.max_length, self.policy.stride)
         collate = self.task.collator(self.tokenizer, self.backend.tensors)
         return encoded, self.backend.window_logits(encoded, collate, self.batch_size)
+
+
+def with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it)."""
+    clash = next((key for key in record if key != "text" and key in fields), None)
+    if clash is not None:
+        raise BertTasksError(
+            f"{where}: the record has a field '{clash}', which the prediction writes; rename that field "
+            f"(e.g. to 'gold_{clash}') or drop it, so that neither value is lost"
+        )
+    return {**fields, **record}
 
 
 class SentimentClassifier(Predictor):

@@ -26,8 +26,10 @@ class TorchBackend:
     #: What the task's collator is asked for.
     tensors = "pt"
 
-    def __init__(self, model: PreTrainedModel, quantize: str | None, mixed_precision: str) -> None:
-        self.model = model
+    def __init__(
+        self, model: PreTrainedModel, quantize: str | None, mixed_precision: str, progress: bool = True
+    ) -> None:
+        self.model, self.progress = model, progress
         #: Weight bytes before/after quantization; None for a float model.
         self.quantized: SizeChange | None = quantize_model(model, quantize) if quantize else None
         # Dynamically quantized Linear layers run on CPU only.
@@ -39,4 +41,6 @@ class TorchBackend:
         """Logits per encoded row, in row order (`collect_window_logits`)."""
         loader = eval_loader(encoded, collate, batch_size)
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
-            return collect_window_logits(self.model, loader, len(encoded), device=self.device)
+            return collect_window_logits(
+                self.model, loader, len(encoded), device=self.device, progress=self.progress
+            )

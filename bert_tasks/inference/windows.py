@@ -27,15 +27,17 @@ def collect_window_logits(
     accelerator: Accelerator | None = None,
     description: str = "predict",
     device: torch.device | None = None,
+    progress: bool = True,
 ) -> list[np.ndarray]:
     """Logits for every encoded row: [num_labels] per sentence, [window_tokens, num_labels] per token task.
 
     With an `accelerator` (evaluation in training) batches are sharded and gathered across processes;
-    without one (prediction) they are moved to `device`.
+    without one (prediction) they are moved to `device`. `progress=False` hides the bar where the caller
+    counts progress itself (a streamed file) or nobody watches (a server).
     """
     model.eval()
     found: list[np.ndarray | None] = [None] * num_rows
-    show = (accelerator is None or accelerator.is_local_main_process) and progress_bars_wanted()
+    show = progress and (accelerator is None or accelerator.is_local_main_process) and progress_bars_wanted()
     with torch.inference_mode():
         for batch in tqdm(loader, desc=description, disable=not show, leave=False, delay=2):
             if device is not None:  # without an accelerator, which already places batches

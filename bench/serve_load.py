@@ -1,0 +1,190 @@
+"""Benchmark: `bert-tasks serve` under load on loopback, against the library's own batch throughput.
+
+Bounded, and stops by itself: first the library alone (a `Predictor` in this process, set up as the
+command line sets its own process, `predictor.records(texts)` over all texts in its length-sorted
+batches of --max-batch: what a program calling the library gets; median of --repeats, then freed), then
+one server process
+(`bert-tasks serve sentiment`, as a user starts it) and, for each number of concurrent clients, --requests
+requests of one text each (a client sends its next request when its answer came). Reported per client
+count: texts/s against the library's, latency p50/p95/p99, errors (any status but 200, or no answer),
+the model calls and mean texts per call from /info's counters, and the server's resident memory before
+the first load and after the last. Texts: SST-2 dev sentences (../shared/data/sst2/dev.tsv), cycled.
+The server is stopped with SIGTERM at the end and its exit status checked. Run from the repo root:
+
+    python bench/serve_load.py --model /tmp/serve-bench-sentiment --json bench/results/serve_load.json
+    python bench/serve_load.py --model /tmp/x --requests 200 --clients 1 8      # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+from common import machine_line, quiet, read_tsv, table_header, table_row, write_json
+
+from bert_tasks.runtime import configure_cli_process
+
+SST2_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "dev.tsv"
+
+
+def library_throughput(model: str, texts: list[str], batch: int, repeats: int) -> float:
+    """Texts/s of one `Predictor.records(texts)` call in batches of `batch` (median of `repeats`)."""
+    from bert_tasks.inference.predictor import Predictor
+
+    predictor = Predictor(model, batch_size=batch, progress=False)
+    predictor.records(texts[:batch])  # warm-up
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        predictor.records(texts)
+        runs.append(len(texts) / (time.perf_counter() - start))
+    del predictor
+    gc.collect()
+    return statistics.median(runs)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(model: str, port: int, max_batch: int, max_wait_ms: float) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "bert_tasks", "--quiet", "serve", "sentiment", "--model", model]
+    flags = ["--port", str(port), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms)]
+    process = subprocess.Popen([*command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited: {process.stderr.read().decode() if process.stderr else ''}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return process
+        except httpx.TransportError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("the server did not answer /health within 300 s")
+
+
+async def load(url: str, texts: list[str], requests: int, clients: int) -> tuple[float, list[float], int]:
+    """Wall seconds, per-request latencies and the error count of `requests` one-text requests."""
+    latencies: list[float] = []
+    errors = 0
+    sent = 0
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal errors, sent
+        while sent < requests:
+            text = texts[sent % len(texts)]
+            sent += 1
+            start = time.perf_counter()
+            try:
+                answer = await http.post(f"{url}/predict", json={"texts": [text]})
+                ok = answer.status_code == 200 and answer.json()["records"][0]["text"] == text
+            except httpx.HTTPError:
+                ok = False
+            latencies.append(time.perf_counter() - start)
+            errors += not ok
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=120) as http:
+        start = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        return time.perf_counter() - start, latencies, errors
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="a sentiment model dir")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per client count")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    configure_cli_process()  # the server runs with the command line's process settings: so does the library
+    quiet()
+    texts = read_tsv(SST2_DEV, "sentence", "label")["text"]
+
+    library = library_throughput(args.model, texts, args.max_batch, args.repeats)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(args.model, port, args.max_batch, args.max_wait_ms)
+    memory = psutil.Process(server.pid)
+    asyncio.run(load(url, texts, 64, 8))  # warm-up: first batches, allocator
+    rss_before = memory.memory_info().rss
+    print(machine_line())
+    print(
+        f"library (Predictor.records, batches of {args.max_batch}): {library:.0f} texts/s "
+        f"on {len(texts)} texts"
+    )
+    columns = ["clients", "requests", "texts/s", "vs library", "p50 ms", "p95 ms", "p99 ms", "errors"]
+    table_header([*columns, "model calls", "texts per call", "server RSS MiB"])
+    rows = []
+    for clients in args.clients:
+        counters = httpx.get(f"{url}/info", timeout=60).json()["counters"]
+        seconds, latencies, errors = asyncio.run(load(url, texts, args.requests, clients))
+        after = httpx.get(f"{url}/info", timeout=60).json()["counters"]
+        calls = after["batches"] - counters["batches"]
+        rss = memory.memory_info().rss
+        row = {
+            "clients": clients,
+            "requests": args.requests,
+            "texts_per_s": round(args.requests / seconds, 1),
+            "vs_library": round(args.requests / seconds / library, 3),
+            "p50_ms": round(1000 * percentile(latencies, 0.50), 1),
+            "p95_ms": round(1000 * percentile(latencies, 0.95), 1),
+            "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
+            "errors": errors,
+            "model_calls": calls,
+            "texts_per_call": round((after["texts"] - counters["texts"]) / max(calls, 1), 1),
+            "server_rss_mib": round(rss / (1 << 20)),
+        }
+        rows.append(row)
+        table_row([row[key] for key in row])
+    rss_after = memory.memory_info().rss
+    server.send_signal(signal.SIGTERM)
+    status = server.wait(timeout=120)
+    mib = 1 << 20
+    print(
+        f"server RSS {rss_before / mib:.0f} MiB after warm-up, {rss_after / mib:.0f} MiB after the last "
+        f"load; exit status after SIGTERM: {status}"
+    )
+    write_json(
+        args.json,
+        {
+            "machine": machine_line(),
+            "library_texts_per_s": round(library, 1),
+            "rows": rows,
+            "rss_mib": {"before": round(rss_before / mib), "after": round(rss_after / mib)},
+            "exit_status": status,
+            "settings": {
+                "max_batch": args.max_batch,
+                "max_wait_ms": args.max_wait_ms,
+                "cpus": os.cpu_count(),
+            },
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Dynamic micro-batching: concurrent requests gathered into one model call, run off the event loop.
+
+One request of one text makes a batch of one, which wastes most of what a forward pass costs; a server
+answering many clients gathers their texts into one call instead. The first request to arrive opens a
+batch; it closes when it holds `max_batch` texts or `max_wait_ms` after that request arrived, whichever
+comes first, and runs in the one worker thread (one model per process; torch releases the GIL, so the
+event loop keeps accepting and answering meanwhile). Requests that arrive while a batch runs wait for
+the next one, which starts at once if they have waited long enough. Requests are never split: a request
+of more than `max_batch` texts is a batch of its own. Inside a batch the Predictor runs its windows in
+length order (least padding) and puts them back; each request gets exactly its own results, in order.
+A batch that fails is run again request by request, so only the request that broke it fails.
+
+Plain asyncio and one thread, no third-party queue: a batch is a few lines of bookkeeping here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Runs one batch: a list of texts in, one result per text out, in order.
+RunBatch = Callable[[list[str]], Sequence[Any]]
+
+
+@dataclass
+class BatchCounters:
+    """What the batcher has done since it started (shown by the server's /info)."""
+
+    requests: int = 0
+    texts: int = 0
+    batches: int = 0
+    failed_batches: int = 0
+
+
+@dataclass
+class _Pending:
+    texts: list[str]
+    arrived: float
+    future: asyncio.Future[list[Any]] = field(repr=False)
+
+
+class BatcherClosed(RuntimeError):
+    """A request came after `close` began: the server is shutting down."""
+
+
+class MicroBatcher:
+    """Gather concurrent `submit(texts)` calls into batches of at most `max_batch` texts for `run`.
+
+    `start()` and `close()` are called on the event loop that serves the requests; `close` lets every
+    request already submitted finish (the batches run to the end), then stops the worker thread.
+    """
+
+    def __init__(self, run: RunBatch, max_batch: int, max_wait_ms: float) -> None:
+        self.run, self.max_batch, self.max_wait = run, max_batch, max_wait_ms / 1000
+        self.counters = BatchCounters()
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bert-tasks-model")
+        self._collector: asyncio.Task[None] | None = None
+        self._closing = False
+        self._held: _Pending | None = None  # taken from the queue but too big for the batch being made
+
+    def start(self) -> None:
+        self._collector = asyncio.get_running_loop().create_task(self._collect())
+
+    async def submit(self, texts: list[str]) -> list[Any]:
+        """The results of `texts`, once the batch holding them has run; its exception if it failed."""
+        if self._closing or self._collector is None:
+            raise BatcherClosed("the server is shutting down")
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self.counters.requests += 1
+        self.counters.texts += len(texts)
+        await self._queue.put(_Pending(texts, time.monotonic(), future))
+        return await future
+
+    async def close(self) -> None:
+        """Refuse new requests, run every one already submitted, then stop the worker thread."""
+        self._closing = True
+        await self._queue.join()
+        if self._collector is not None:
+            self._collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._collector
+        self._worker.shutdown(wait=True)
+
+    async def _collect(self) -> None:
+        while True:
+            batch = await self._gather()
+            await self._run(batch)
+            for _ in batch:
+                self._queue.task_done()
+
+    async def _gather(self) -> list[_Pending]:
+        """The next batch: the oldest request, then whatever joins before it is full or its time is up."""
+        first = self._held or await self._queue.get()
+        self._held = None
+        batch, size = [first], len(first.texts)
+        deadline = first.arrived + self.max_wait
+        while size < self.max_batch:
+            try:
+                if self._queue.empty():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    following = await asyncio.wait_for(self._queue.get(), left)
+                else:
+                    following = self._queue.get_nowait()
+            except asyncio.TimeoutError:
+                break
+            if size + len(following.texts) > self.max_batch:
+                self._held = following  # opens the next batch
+                break
+            batch.append(following)
+            size += len(following.texts)
+        return batch
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        """Run the batch; if it fails, run each of its requests alone, so one request that breaks the
+        model fails alone and its neighbours still get their results."""
+        loop = asyncio.get_running_loop()
+        texts = [text for pending in batch for text in pending.texts]
+        self.counters.batches += 1
+        try:
+            results = await loop.run_in_executor(self._worker, self.run, texts)
+        except Exception as error:
+            self.counters.failed_batches += 1
+            if len(batch) == 1:
+                _settle(batch[0].future, error)
+                return
+            for pending in batch:
+                await self._run([pending])
+            return
+        start = 0
+        for pending in batch:
+            end = start + len(pending.texts)
+            _settle(pending.future, list(results[start:end]))
+            start = end
+
+
+def _settle(future: asyncio.Future[list[Any]], outcome: list[Any] | Exception) -> None:
+    """Hand a request its results or the error, unless its client hung up (its future was cancelled)."""
+    if future.done():
+        return
+    if isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

@@ -1,0 +1,126 @@
+"""MicroBatcher on its own: concurrent requests share batches, each gets exactly its results, a failing
+request fails alone, and `close` finishes what was submitted.
+
+The batch function is a plain one that records what it was given (the batcher's contract is about texts
+in and results out; the server tests run it with the real model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from bert_tasks.inference.batcher import BatcherClosed, MicroBatcher
+
+
+class Upper:
+    """A batch function: upper-cases each text, remembering every batch; fails on texts holding 'boom'."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.batches: list[list[str]] = []
+        self.threads: set[str] = set()
+        self.delay = delay
+
+    def __call__(self, texts: list[str]) -> list[str]:
+        self.batches.append(list(texts))
+        self.threads.add(threading.current_thread().name)
+        if self.delay:
+            threading.Event().wait(self.delay)
+        if any("boom" in text for text in texts):
+            raise RuntimeError("the model broke")
+        return [text.upper() for text in texts]
+
+
+def test_concurrent_requests_share_batches_and_get_their_own_results() -> None:
+    async def scenario() -> tuple[Upper, list[list[str]], MicroBatcher]:
+        model = Upper()
+        batcher = MicroBatcher(model, max_batch=64, max_wait_ms=200)
+        batcher.start()
+        requests = [[f"r{n}-a", f"r{n}-b"] for n in range(20)]
+        results = await asyncio.gather(*(batcher.submit(texts) for texts in requests))
+        await batcher.close()
+        return model, results, batcher
+
+    model, results, batcher = asyncio.run(scenario())
+    assert results == [[f"R{n}-A", f"R{n}-B"] for n in range(20)]
+    assert len(model.batches) < 20  # gathered, not one call per request
+    assert sorted(text for batch in model.batches for text in batch) == sorted(
+        f"r{n}-{x}" for n in range(20) for x in "ab"
+    )
+    assert (batcher.counters.requests, batcher.counters.texts) == (20, 40)
+    assert batcher.counters.batches == len(model.batches)
+    # the model ran in the worker thread, off the event loop's thread
+    assert [name.startswith("bert-tasks-model") for name in model.threads] == [True]
+
+
+def test_a_batch_never_exceeds_max_batch_and_a_big_request_runs_alone() -> None:
+    async def scenario() -> tuple[Upper, list[list[str]]]:
+        model = Upper()
+        batcher = MicroBatcher(model, max_batch=5, max_wait_ms=100)
+        batcher.start()
+        sizes = [2, 2, 2, 9, 1, 3, 3]
+        requests = [[f"{n}.{i}" for i in range(size)] for n, size in enumerate(sizes)]
+        results = await asyncio.gather(*(batcher.submit(texts) for texts in requests))
+        await batcher.close()
+        assert results == [[text.upper() for text in texts] for texts in requests]
+        return model, requests
+
+    model, requests = asyncio.run(scenario())
+    assert [len(batch) for batch in model.batches if len(batch) > 5] == [9]
+    assert [batch for batch in model.batches if len(batch) > 5] == [requests[3]]
+    assert all(len(batch) <= 5 for batch in model.batches if batch != requests[3])
+    # requests are whole and in arrival order across the batches
+    assert [text for batch in model.batches for text in batch] == [t for texts in requests for t in texts]
+
+
+def test_a_failing_request_fails_alone_and_the_batcher_keeps_serving() -> None:
+    async def scenario() -> tuple[list[object], list[str], MicroBatcher]:
+        batcher = MicroBatcher(Upper(), max_batch=64, max_wait_ms=100)
+        batcher.start()
+        outcomes = await asyncio.gather(
+            batcher.submit(["fine"]),
+            batcher.submit(["boom"]),
+            batcher.submit(["also fine"]),
+            return_exceptions=True,
+        )
+        after = await batcher.submit(["later"])
+        await batcher.close()
+        return outcomes, after, batcher
+
+    outcomes, after, batcher = asyncio.run(scenario())
+    assert outcomes[0] == ["FINE"] and outcomes[2] == ["ALSO FINE"]
+    assert isinstance(outcomes[1], RuntimeError)
+    assert after == ["LATER"]
+    assert batcher.counters.failed_batches == 2  # the shared batch, then the request alone
+
+
+def test_close_finishes_every_request_already_submitted_then_refuses() -> None:
+    async def scenario() -> tuple[list[list[str]], MicroBatcher]:
+        batcher = MicroBatcher(Upper(delay=0.05), max_batch=2, max_wait_ms=50)
+        batcher.start()
+        pending = [asyncio.ensure_future(batcher.submit([f"t{n}"])) for n in range(7)]
+        await asyncio.sleep(0)  # every request is in the queue
+        await batcher.close()
+        with pytest.raises(BatcherClosed):
+            await batcher.submit(["too late"])
+        return [future.result() for future in pending], batcher
+
+    results, batcher = asyncio.run(scenario())
+    assert results == [[f"T{n}"] for n in range(7)]
+    assert batcher.counters.batches == 4
+
+
+def test_a_lone_request_waits_no_longer_than_max_wait() -> None:
+    async def scenario() -> float:
+        batcher = MicroBatcher(Upper(), max_batch=64, max_wait_ms=30)
+        batcher.start()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        assert await batcher.submit(["alone"]) == ["ALONE"]
+        elapsed = loop.time() - start
+        await batcher.close()
+        return elapsed
+
+    assert 0.025 <= asyncio.run(scenario()) < 5  # it waited for company, and was not forgotten
