@@ -2,8 +2,9 @@
 
 Each measurement is a fresh process (OpenMP reads OMP_WAIT_POLICY once, when torch starts it) timing
 MiniLM training steps (forward, backward, fused AdamW) on real SST-2 sentences, batch 32, with torch's
-default thread count. "Beside busy processes" starts one pure-Python busy loop per core first, as a
-second job on the same machine would be. Modes alternate; median of the repeats.
+default thread count, for each way idle OpenMP threads may wait (`WAITS`). "Beside busy processes"
+starts one pure-Python busy loop per core first, as a second job on the same machine would be. Modes
+alternate; median of the repeats.
 
     python bench/threads.py --repeats 3
 """
@@ -42,10 +43,19 @@ print((time.perf_counter() - start) / int(sys.argv[2]) * 1000, torch.get_num_thr
 BUSY = "while True: pass"
 
 
-def measure(policy: str | None, busy: bool, steps: int) -> tuple[float, int]:
-    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
+#: How idle OpenMP threads wait: GNU OpenMP's default (spin, then sleep), a shorter spin, and no spin.
+WAITS = {
+    "spinning (OpenMP's default)": {},
+    "spin 100,000 then sleep": {"GOMP_SPINCOUNT": "100000"},
+    "sleeping at once (PASSIVE, the CLI's)": {"OMP_WAIT_POLICY": "PASSIVE"},
+}
+
+
+def measure(wait: dict[str, str], busy: bool, steps: int) -> tuple[float, int]:
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+    }
+    env.update(wait)
     hogs = (
         [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(os.cpu_count() or 1)] if busy else []
     )
@@ -76,24 +86,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
-    modes = [(policy, busy) for busy in (False, True) for policy in (None, "PASSIVE")]
-    times: dict[tuple[str | None, bool], list[float]] = {mode: [] for mode in modes}
+    modes = [(name, busy) for busy in (False, True) for name in WAITS]
+    times: dict[tuple[str, bool], list[float]] = {mode: [] for mode in modes}
     threads = 0
     for _ in range(args.repeats):
-        for mode in modes:
-            ms, threads = measure(*mode, args.steps)
-            times[mode].append(ms)
+        for name, busy in modes:
+            ms, threads = measure(WAITS[name], busy, args.steps)
+            times[name, busy].append(ms)
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores, torch threads {threads}")
     print("| neighbours | OpenMP waits | ms per step (median) | runs | vs spinning |")
     print("| --- | --- | ---: | --- | ---: |")
-    for policy, busy in modes:
-        runs = times[policy, busy]
-        base = statistics.median(times[None, busy])
+    default = next(iter(WAITS))
+    for name, busy in modes:
+        runs = times[name, busy]
+        base = statistics.median(times[default, busy])
         where = f"{os.cpu_count()} busy processes" if busy else "none"
-        wait = "sleeping (PASSIVE, the CLI's)" if policy else "spinning (OpenMP's default)"
         cells = ", ".join(f"{value:.0f}" for value in runs)
         ratio = base / statistics.median(runs)
-        print(f"| {where} | {wait} | {statistics.median(runs):.0f} | {cells} | {ratio:.2f}x |")
+        print(f"| {where} | {name} | {statistics.median(runs):.0f} | {cells} | {ratio:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -93,10 +93,12 @@ def wait_passively() -> bool:
 
     GNU OpenMP (torch's CPU wheels) keeps a thread that finished its share of an op spinning for the
     next one. On cores that another process also uses, the spinning threads take the time slices the
-    threads with work left need: a MiniLM training step on 2 cores beside busy processes took 12-16 s
-    spinning against 2.3-2.7 s sleeping (bench/threads.py, BENCHMARKS.md "Threads"). The setting is read
-    once, when OpenMP starts with torch: after `import torch` it can no longer apply (False). A user's own
-    OMP_WAIT_POLICY wins.
+    threads with work left need: a MiniLM training step on 2 cores took 235 ms alone and 1347 ms beside
+    two busy processes when spinning, 271 and 431 ms when sleeping (bench/threads.py, BENCHMARKS.md
+    "Threads"): 14% slower on an idle machine, never the 5.7x collapse. A shorter spin
+    (GOMP_SPINCOUNT=100000) kept the idle speed but still collapsed 4x. The setting is read once, when
+    OpenMP starts with torch: after `import torch` it can no longer apply (False). A user's own
+    OMP_WAIT_POLICY wins (ACTIVE for a machine of one's own).
     """
     if "torch" in sys.modules:
         return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
