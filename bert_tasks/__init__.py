@@ -6,8 +6,9 @@ needs and skips the training and plotting stack (matplotlib, scikit-learn), abou
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bert_tasks.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from bert_tasks.config import DEFAULT_MODEL, Config, load_recipe
@@ -57,13 +58,4 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'bert_tasks' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

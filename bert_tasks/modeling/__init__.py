@@ -6,8 +6,9 @@ without transformers' BERT modelling code (about 2 s of CPU on 2 cores): `debug 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bert_tasks.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from bert_tasks.modeling.attention import FusedBertSelfAttention
@@ -33,13 +34,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'bert_tasks.modeling' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
