@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import platform
 import shlex
 from collections.abc import Collection, Sequence
@@ -25,7 +24,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from bert_tasks.config import DEFAULT_MODEL_HUB_ID, Config
 from bert_tasks.data.splits import SPLIT_FILES
-from bert_tasks.model_dir import ModelPolicy
+from bert_tasks.model_dir import ModelPolicy, label_names
 from bert_tasks.modeling.load import is_bundled_default
 
 if TYPE_CHECKING:
@@ -173,7 +172,7 @@ def export_card(
     Its metadata is the source's without the model-index: those scores were measured on the fp32 model,
     not on this copy.
     """
-    about = task.card(_label_names(source_dir), policy)
+    about = task.card(label_names(source_dir), policy)
     intro = [
         f"An {method.upper()} dynamic-quantized copy of the model `{source}`, written by "
         f"`bert-tasks export --quantize {method}`. The files hold the fp32 weights and "
@@ -195,7 +194,7 @@ def onnx_export_card(
 ) -> ModelCard:
     """The card of `bert-tasks export --format onnx`'s dir: the graph it holds, how it was checked
     against the source model (`parity`, a sentence), how to run it, then the source's card."""
-    about = task.card(_label_names(source_dir), policy)
+    about = task.card(label_names(source_dir), policy)
     weights = (
         "int8 weights (dynamic quantization: one scale per output channel, activations quantized per "
         "batch) in the encoder's matmuls, float embeddings, LayerNorms and head"
@@ -513,12 +512,6 @@ def _recipe_section(cfg: Config, directory: Path) -> list[str]:
 def _versions_section(versions: dict[str, str]) -> list[str]:
     rows = [f"| {name} | {version} |" for name, version in versions.items()]
     return ["", "## Versions", "", "| library | version |", "| --- | --- |", *rows]
-
-
-def _label_names(model_dir: Path) -> list[str]:
-    """config.json's label names in id order (`load_finetuned` has checked them)."""
-    id2label = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["id2label"]
-    return [name for _, name in sorted((int(key), name) for key, name in id2label.items())]
 
 
 def _demoted(lines: list[str]) -> list[str]:

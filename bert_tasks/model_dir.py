@@ -167,7 +167,7 @@ def load_finetuned(
             f"model dir {path}: holds a {policy.backend} export, which only predict and evaluate run; "
             "pass the model dir it was exported from"
         )
-    labels = _label_names(path / "config.json", _json_object(path / "config.json"))
+    labels = label_names(path)
     _check_labels(path, labels)
     _check_weights_match_labels(path, len(labels))
     tokenizer = load_tokenizer(path)
@@ -197,10 +197,15 @@ def _mistyped_path(text: str) -> bool:
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or parent_exists
 
 
+def label_names(model_dir: Path) -> list[str]:
+    """config.json's label names in id order, checked (ids are ids, no name given twice)."""
+    config_file = model_dir / "config.json"
+    return _label_names(config_file, _json_object(config_file))
+
+
 def read_id2label(model_dir: Path) -> dict[int, str]:
     """config.json's labels by id, refusing placeholder names (for dirs no transformers config reads)."""
-    config_file = model_dir / "config.json"
-    labels = _label_names(config_file, _json_object(config_file))
+    labels = label_names(model_dir)
     _check_labels(model_dir, labels)
     return dict(enumerate(labels))
 

@@ -15,7 +15,7 @@ from bert_tasks.config import Config, load_recipe
 from bert_tasks.data.in_memory import in_memory_source
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError, listed
-from bert_tasks.model_dir import ModelPolicy, local_model_dir, read_policy
+from bert_tasks.model_dir import ModelPolicy, label_names, local_model_dir, read_policy
 from bert_tasks.output_paths import CommandOutput, page_output, write_atomically
 from bert_tasks.tasks import task_class
 
@@ -83,7 +83,7 @@ def _read_labelled(
     policy = _with_overrides(policy, cfg, policy_keys)
     model_task = model_task_class(**policy.task_options)
     raw = read_splits(model_task, cfg, None if data is None else {"test": data})["test"]
-    known = _label_names(directory)
+    known = label_names(directory)
     # label_names without the recipe's list: the labels the data itself uses.
     unknown = sorted(
         set(model_task.label_names(raw, dataclasses.replace(cfg, label_names=None))) - set(known)
@@ -185,9 +185,3 @@ def evaluate_file(
     written = ", ".join(str(path) for path in [out_dir / "metrics.json", *plots])
     logger.info("%d examples from %s; report in %s", len(raw), data_file, written)
     return metrics
-
-
-def _label_names(model_dir: Path) -> list[str]:
-    """The model's label names, from config.json's id2label (read_policy has checked the file)."""
-    id2label = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("id2label") or {}
-    return [str(name) for name in id2label.values()]
