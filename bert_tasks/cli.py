@@ -190,6 +190,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write JSON Lines to this new file instead of printing: each input record (id and every other "
         "field kept) with its prediction, in input order, read, predicted and written in bounded chunks",
     )
+    predict.add_argument(
+        "--pair",
+        metavar="TEXT",
+        help="a pair model's second text (e.g. the aspect) for the TEXTs given and the plain lines of --file "
+        "(JSON records give theirs in the field the model was trained with)",
+    )
     predict.add_argument("--batch-size", type=int, default=64)
     predict.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
     predict.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
@@ -371,7 +377,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from bert_tasks.inference.evaluate import evaluate_file
-    from bert_tasks.tasks import task_class
+    from bert_tasks.model_dir import read_policy
 
     model_dir = Path(_model_dir(args))
     out_dir = Path(args.out) if args.out else model_dir / f"eval-{Path(args.data).stem}"
@@ -388,7 +394,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(metrics, indent=2))
     else:
-        print(task_class(args.task)().render_metrics(metrics))
+        print(read_policy(model_dir, args.task).make_task().render_metrics(metrics))
 
 
 def _predict(args: argparse.Namespace) -> None:
@@ -399,17 +405,20 @@ def _predict(args: argparse.Namespace) -> None:
             )
         _predict_to_file(args)
         return
-    from bert_tasks.data.files import check_texts, read_texts
+    from bert_tasks.data.files import check_texts, prediction_input, text_records
 
-    texts = list(args.texts) + (read_texts(args.file) if args.file else [])
-    if not texts:
+    records = [(f"text {n}", {"text": text}) for n, text in enumerate(args.texts, start=1)]
+    records += list(text_records(args.file)) if args.file else []
+    if not records:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
-    check_texts(texts)
+    check_texts(args.texts)
     _check_batch_size(args)
     if args.json and args.format not in (None, "json"):
         raise BertTasksError(f"--json and --format {args.format} ask for two outputs; give one of them")
     output = args.format or ("json" if args.json else "text")
     model_dir = _checked_model_dir(args)
+    field = _pair_field(args, model_dir)
+    texts = [prediction_input(where, record, field, args.pair) for where, record in records]
     if args.html is None:
         _predict_and_print(args, model_dir, texts, output)
         return
@@ -455,9 +464,10 @@ def _predict_to_file(args: argparse.Namespace) -> None:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
     _check_batch_size(args)
     model_dir = _checked_model_dir(args)
+    _pair_field(args, model_dir)
     records, total = prediction_inputs(args.texts, args.file)  # a regular file: read through once here
     with JsonlOutput(args.out, args.file) as out:
-        count = predict_to_jsonl(_predictor(args, model_dir), records, out, total)
+        count = predict_to_jsonl(_predictor(args, model_dir), records, out, total, pair=args.pair)
     print(f"{count} predictions written to {args.out}")
 
 
@@ -473,6 +483,19 @@ def _checked_model_dir(args: argparse.Namespace) -> str:
     model_dir = _model_dir(args)
     read_policy(model_dir, args.task)
     return model_dir
+
+
+def _pair_field(args: argparse.Namespace, model_dir: str) -> str | None:
+    """The field of the model's second text when it reads text pairs; `--pair` for a model that does not
+    is refused (before torch loads)."""
+    from bert_tasks.model_dir import read_policy
+
+    field = read_policy(model_dir, args.task).make_task().pair_field
+    if args.pair is not None and field is None:
+        raise BertTasksError(
+            f"--pair: the model in {model_dir} reads one text per input, not text pairs; drop --pair"
+        )
+    return field
 
 
 def _predictor(args: argparse.Namespace, model_dir: str) -> Predictor:

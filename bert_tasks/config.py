@@ -93,6 +93,33 @@ class Config:
         DEFAULT_LABEL,
         "sentiment: the label column (header name, JSON key, or 0-based index with header=false)",
     )
+    text_pair_column: str | None = _key(
+        None,
+        "sentiment: the column of a text pair's second text, e.g. an aspect (header name, JSON key, or "
+        "0-based index with header=false); predict takes it as --pair or as the same field",
+    )
+    multi_label: bool | None = _key(
+        None,
+        "sentiment: several labels per text (sigmoid + BCE, a threshold per label); none = multi-label "
+        "when labels are written as JSON lists or a|b (\\| is a | in a name)",
+    )
+    thresholds: list[float] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "multi-label: the decision threshold per label in label order (or one for all), in "
+            "(0, 1); none = tuned on validation (max F1 per label)"
+        },
+    )
+    regression: bool = _key(
+        False, "sentiment: the label is a number (one output, MSE on standardised targets)"
+    )
+    round_to: list[float] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "regression: also score the values rounded to the nearest of these, e.g. [1,2,3,4,5]"
+        },
+    )
+    ordinal: bool = _key(False, "regression: round_to = every integer in the training labels' range")
     header: bool = _key(
         True, "sentiment: CSV/TSV/TXT files open with a header row; false = columns are 0-based indexes"
     )
@@ -639,6 +666,7 @@ def _validate(cfg: Config) -> None:
             "(e.g. [1,3])",
         ),
         ("metric_for_best", cfg.metric_for_best in (None, *metrics), f"must be one of {', '.join(metrics)}"),
+        *_shape_checks(cfg),
         ("format", cfg.format in formats, f"must be one of {', '.join(formats)} for {cfg.task} data"),
         (
             "report_to",
@@ -649,6 +677,39 @@ def _validate(cfg: Config) -> None:
     for key, ok, rule in checks:
         if not ok:
             raise _BadValueError(key, getattr(cfg, key), rule)
+
+
+def _shape_checks(cfg: Config) -> list[tuple[str, bool, str]]:
+    """The rules between the keys that choose a sentiment model's label shape (multi-label, regression)."""
+    multi, regression = cfg.multi_label, cfg.regression
+    classes = "a multi-label or regression model has no class to weigh against the others"
+    return [
+        ("regression", not (regression and multi), "but multi_label=true too; a label is a number or a set"),
+        ("thresholds", cfg.thresholds is None or _probabilities(cfg.thresholds), "must be numbers in (0, 1)"),
+        (
+            "thresholds",
+            cfg.thresholds is None or not (regression or multi is False),
+            "are multi-label's decision thresholds; drop them, or set multi_label=true",
+        ),
+        ("round_to", cfg.round_to is None or regression, "rounds regression values; set regression=true"),
+        (
+            "round_to",
+            cfg.round_to is None or (len(cfg.round_to) >= 2 and _distinct(cfg.round_to)),
+            "must be two or more distinct values, e.g. [1,2,3,4,5]",
+        ),
+        ("ordinal", not cfg.ordinal or regression, "rounds regression values; set regression=true"),
+        ("ordinal", not (cfg.ordinal and cfg.round_to), "but round_to is given too; give one of them"),
+        ("class_weights", cfg.class_weights is None or not (regression or multi), f"{classes}; drop it"),
+        (
+            "label_names",
+            cfg.label_names is None or not regression,
+            "name classes; a regression label is a number",
+        ),
+    ]
+
+
+def _probabilities(values: list[float]) -> bool:
+    return bool(values) and all(0 < value < 1 for value in values)
 
 
 def _within(value: int | None, low: int, high: int, note: str = "") -> tuple[bool, str]:

@@ -133,7 +133,7 @@ class RunFacts:
 def run_card(facts: RunFacts, task: Task) -> ModelCard:
     """The card of a fine-tuned model dir."""
     cfg = facts.recipe
-    policy = ModelPolicy.for_run(cfg)
+    policy = ModelPolicy.for_run(cfg, task.option_values)
     about = task.card(facts.labels, policy)
     name = facts.directory.name
     data = ModelCardData(
@@ -201,7 +201,7 @@ def onnx_export_card(
         if policy.quantize
         else "fp32 weights"
     )
-    where, example = shlex.quote(str(out_dir)), shlex.quote(about.example)
+    where, example = shlex.quote(str(out_dir)), _command_input(about.example)
     intro = [
         f"An ONNX export of the model `{source}`, written by `bert-tasks export --format onnx"
         + (f" --quantize {policy.quantize}`" if policy.quantize else "`")
@@ -463,7 +463,7 @@ def _usage_section(
         + "):",
         "",
         "```bash",
-        f"bert-tasks predict {task} --model {shlex.quote(where)} {shlex.quote(about.example)}",
+        f"bert-tasks predict {task} --model {shlex.quote(where)} {_command_input(about.example)}",
         f"bert-tasks evaluate {task} --model {shlex.quote(where)} --data FILE",
         "```",
         "",
@@ -490,9 +490,21 @@ def _usage_section(
         "",
         f"tokenizer = AutoTokenizer.from_pretrained({where!r}, model_max_length={policy.max_length})",
         f"model = pipeline({about.pipeline_tag!r}, model={where!r}, tokenizer=tokenizer{options})",
-        f"print(model({about.example!r}))",
+        f"print(model({_pipeline_input(about.example)!r}))",
         "```",
     ]
+
+
+def _command_input(example: str | tuple[str, str]) -> str:
+    """An example input as `bert-tasks predict` takes it: the text, and a pair's second text as --pair."""
+    if isinstance(example, str):
+        return shlex.quote(example)
+    return f"{shlex.quote(example[0])} --pair {shlex.quote(example[1])}"
+
+
+def _pipeline_input(example: str | tuple[str, str]) -> str | dict[str, str]:
+    """An example input as transformers' text-classification pipeline takes it (a pair as a dict)."""
+    return example if isinstance(example, str) else {"text": example[0], "text_pair": example[1]}
 
 
 def _recipe_section(cfg: Config, directory: Path) -> list[str]:

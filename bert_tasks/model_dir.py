@@ -65,10 +65,16 @@ class ModelPolicy:
     backend: str = "torch"
 
     @classmethod
-    def for_run(cls, cfg: Config) -> ModelPolicy:
-        """The policy of a model trained with `cfg`."""
-        options = {key: getattr(cfg, key) for key in task_class(cfg.task).options}
-        return cls(task=cfg.task, max_length=cfg.max_length, stride=cfg.stride, task_options=options)
+    def for_run(cls, cfg: Config, options: dict[str, Any] | None = None) -> ModelPolicy:
+        """The policy of a model trained with `cfg`; `options`: the task's own, once the data settled them
+        (sentiment's `multi_label` left unset) and validation tuned them (its thresholds)."""
+        if options is None:
+            options = {key: getattr(cfg, key) for key in task_class(cfg.task).options}
+        return cls(task=cfg.task, max_length=cfg.max_length, stride=cfg.stride, task_options=dict(options))
+
+    def make_task(self) -> Task:
+        """The task, built with the options this policy saved."""
+        return task_class(self.task)(**self.task_options)
 
     def to_json(self) -> dict[str, Any]:
         """The flat JSON object older versions wrote too: task, max_length, stride, options, quantize; the
@@ -174,7 +180,7 @@ def load_finetuned(
     # complete: every weight of the head must be in the file, so no part of it runs on random values.
     model = load_model(path, policy.task, allow_pickle=allow_pickle, complete=True).eval()
     check_tokenizer_fits(tokenizer, model, path)
-    task = task_class(policy.task)(**policy.task_options)
+    task = policy.make_task()
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     return FinetunedModel(path, model, tokenizer, task, policy, id2label)
 
@@ -278,15 +284,28 @@ def _integer(data: dict[str, Any], key: str, where: str, low: int, high: int) ->
 
 
 def _typed(data: dict[str, Any], key: str, where: str) -> Any:
-    """A task option, checked against the type its config key has."""
+    """A task option, checked against the type its config key has (None where the key is optional)."""
     value, expected = data[key], _CONFIG_TYPES[key]
-    if expected is bool and not isinstance(value, bool):
-        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not true/false")
-    if expected in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not a number")
-    if expected is str and not isinstance(value, str):
-        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not a string")
+    args = typing.get_args(expected)
+    if value is None and type(None) in args:
+        return value
+    kinds = [kind for kind in args if kind is not type(None)] or [expected]
+    if not any(_is_a(value, kind) for kind in kinds):
+        wanted = {bool: "true/false", int: "a number", float: "a number", str: "a string"}
+        named = " or ".join(wanted.get(kind, "a list of numbers") for kind in kinds)
+        raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not {named}")
     return value
+
+
+def _is_a(value: Any, kind: Any) -> bool:
+    """Whether a JSON value is of a config type: a bool, number, string, or a list of numbers."""
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind in (int, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    return isinstance(value, list) and all(_is_a(item, float) for item in value)
 
 
 def _bad(where: str, what: str) -> BertTasksError:

@@ -140,7 +140,8 @@ BAD_SENTIMENT = [
     ),
     (
         pd.DataFrame({"text": ["fine", "bad"], "label": [1.0, 2.5]}),
-        f"{ROW}: label 2.5 (a float) in column 'label' is not a class; write labels as strings or integers",
+        f"{ROW}: label 2.5 (a float) in column 'label' is not a class; write labels as strings or integers "
+        "(or set regression=true for numbers)",
     ),
     (
         [{"text": "fine", "label": "positive"}, "bad"],

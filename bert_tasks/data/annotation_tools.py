@@ -154,5 +154,11 @@ def label_studio_tasks(
         predicted: dict[str, Any] = {"model_version": model_version}
         if score is not None:
             predicted["score"] = score
-        tasks.append({"data": {TEXT_OBJECT: text}, "predictions": [predicted | {"result": results}]})
+        # A pair's second text is a data field of its own (`<Text name="aspect" value="$aspect">`).
+        data = (
+            {TEXT_OBJECT: text}
+            if task.pair_field is None
+            else {TEXT_OBJECT: text[0], task.pair_field: text[1]}
+        )
+        tasks.append({"data": data, "predictions": [predicted | {"result": results}]})
     return tasks

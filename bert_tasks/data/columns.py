@@ -6,6 +6,8 @@
   none or several such columns stay an error, so nothing is guessed between two candidates.
 - Without one (`header=false`) the columns are 0-based indexes, negative from the end; the default names
   stand for text 0 and label 1, the `text<TAB>label` layout most headerless public sets ship in.
+- A text pair's second text (`text_pair_column`, e.g. the aspect) is never guessed: its header name or
+  JSON key is taken as given, and a headerless file names its index (`text_pair_column=2`).
 """
 
 from __future__ import annotations
@@ -39,45 +41,50 @@ LABEL_NAMES = frozenset(("label", "labels", "sentiment", "polarity", "class", "t
 _INDEX = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
-def column_indexes(text_column: str, label_column: str) -> tuple[int, int]:
-    """`header=false`: the two columns as 0-based indexes; the default names stand for 0 and 1.
+#: The config keys naming a sentiment file's columns, in the order the readers take them.
+COLUMN_KEYS = ("text_column", "label_column", "text_pair_column")
+
+
+def column_indexes(text_column: str, label_column: str, pair_column: str | None = None) -> tuple[int, ...]:
+    """`header=false`: the columns as 0-based indexes (text, label[, pair]); the default names stand for 0
+    and 1, a pair column has no default.
 
     Raises:
         BertTasksError: A column that is not an integer (a name, which a headerless file cannot have).
     """
     indexes = []
-    for key, value, default, default_index in (
-        ("text_column", text_column, DEFAULT_TEXT, 0),
-        ("label_column", label_column, DEFAULT_LABEL, 1),
-    ):
+    given = [(text_column, DEFAULT_TEXT, 0), (label_column, DEFAULT_LABEL, 1)]
+    given += [(pair_column, None, 2)] if pair_column is not None else []
+    for key, (value, default, example) in zip(COLUMN_KEYS, given, strict=False):
         if value == default:
-            indexes.append(default_index)
+            indexes.append(example)
         elif _INDEX.fullmatch(value.strip()):
             indexes.append(int(value))
         else:
             raise BertTasksError(
                 f"{key}={value!r} with header=false: a file without a header row has no column "
-                f"names; give a 0-based column index (e.g. {key}={default_index}), or set header=true"
+                f"names; give a 0-based column index (e.g. {key}={example}), or set header=true"
             )
-    return indexes[0], indexes[1]
+    return tuple(indexes)
 
 
-def positions(indexes: tuple[int, int], width: int, where: str, kind: str) -> tuple[int, int]:
-    """The (text, label) indexes, maybe negative, as positions in a row of `width` fields; one-line errors."""
-    found = []
-    for key, index in zip(("text_column", "label_column"), indexes, strict=True):
+def positions(indexes: tuple[int, ...], width: int, where: str, kind: str) -> tuple[int, ...]:
+    """The column indexes, maybe negative, as positions in a row of `width` fields; one-line errors."""
+    found: list[int] = []
+    for key, index in zip(COLUMN_KEYS, indexes, strict=False):
         if not -width <= index < width:
             raise BertTasksError(
                 f"{where}: {key}={index} but the row has {width} {kind}-separated column(s) (indexes "
                 f"0..{width - 1}, or -{width}..-1 from the end); fix {key}"
             )
+        if index % width in found:
+            other = COLUMN_KEYS[found.index(index % width)]
+            raise BertTasksError(
+                f"{where}: {other}={indexes[found.index(index % width)]} and {key}={index} are the same "
+                f"column of {width}; give them different columns"
+            )
         found.append(index % width)
-    if found[0] == found[1]:
-        raise BertTasksError(
-            f"{where}: text_column={indexes[0]} and label_column={indexes[1]} are the same column of "
-            f"{width}; give the text and the label different columns"
-        )
-    return found[0], found[1]
+    return tuple(found)
 
 
 def choose_columns(

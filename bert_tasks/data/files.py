@@ -75,13 +75,47 @@ def check_text(text: str, where: str, what: str = "the text", *, nul: bool = Fal
     )
 
 
-def check_texts(texts: Sequence[object]) -> None:
+def check_texts(texts: Sequence[object], pair_field: str | None = None) -> None:
     """Refuse a text to predict that is no string, is empty (`is_blank`) or holds a lone surrogate, naming
-    it by its position (`text 3`): the one rule of the command line, the library and the server."""
+    it by its position (`text 3`): the one rule of the command line, the library and the server.
+
+    `pair_field`: the model reads text pairs (`Task.pair_field`, e.g. `aspect`), so each input is a
+    (text, second text) pair, both checked so; a lone text is refused then, and a pair otherwise.
+    """
     for index, text in enumerate(texts):
-        if not isinstance(text, str) or is_blank(text):
-            raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
-        check_text(text, f"text {index + 1}", nul=True)  # a lone surrogate: the tokenizer would choke
+        where = f"text {index + 1}"
+        is_pair = isinstance(text, (tuple, list)) and len(text) == 2
+        if pair_field is not None and not is_pair:
+            raise BertTasksError(
+                f"{where} is not a pair: the model reads (text, {pair_field}) pairs; give each text its "
+                f"{pair_field} (predict --pair {pair_field.upper()}, or [text, {pair_field}] in a request)"
+            )
+        if pair_field is None and is_pair and not isinstance(text, str):
+            raise BertTasksError(f"{where} is a pair, but the model reads one text per input; give the text")
+        for part, what in zip(text if is_pair else [text], ("text", pair_field), strict=False):
+            if not isinstance(part, str) or is_blank(part):
+                empty = f"has an empty {what}" if is_pair else "is empty"
+                raise BertTasksError(f"{where} {empty}; give at least one word to predict on")
+            check_text(part, where, f"the {what}", nul=True)  # a lone surrogate: the tokenizer would choke
+
+
+def prediction_input(
+    where: str, record: dict[str, Any], pair_field: str | None, pair: str | None = None
+) -> Any:
+    """What a model predicts on for one record of texts (`text_records`): its text, or for a pair model
+    (text, the record's `pair_field`), `pair` (`predict --pair`) standing in where the record has none."""
+    if pair_field is None:
+        return record["text"]
+    value = record.get(pair_field, pair)
+    if value is None:
+        raise BertTasksError(
+            f"{where}: no '{pair_field}' for the text; the model reads (text, {pair_field}) pairs, so give "
+            f"every record a '{pair_field}' string field (or --pair for texts without one)"
+        )
+    if not isinstance(value, str) or is_blank(value):
+        found = describe(value) if not isinstance(value, str) else "empty"
+        raise BertTasksError(f"{where}: the '{pair_field}' is {found}; give it as a string of some words")
+    return record["text"], check_text(value, where, f"the {pair_field}", nul=True)
 
 
 def opens_json(text: str) -> bool:

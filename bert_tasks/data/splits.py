@@ -79,6 +79,7 @@ def read_unchecked_splits(
             f"no data to read for {task.name}; set train_file (and validation_file, test_file) "
             "or dataset=<hub id>"
         )
+    splits = task.settle(splits, sources, cfg)
     if cfg.validation_split is not None:
         _carve(task, cfg, splits, sources)
     return splits, sources
@@ -126,7 +127,7 @@ def split_problems(task: Task, splits: dict[str, Dataset], sources: dict[str, st
         return []
     problems = []
     for check in (
-        lambda: _check_learnable(task, splits["train"], sources["train"], cfg),
+        lambda: task.check_learnable(splits["train"], sources["train"], cfg),
         lambda: task.check_splits(splits, sources, cfg),
     ):
         try:
@@ -134,17 +135,6 @@ def split_problems(task: Task, splits: dict[str, Dataset], sources: dict[str, st
         except BertTasksError as error:
             problems.append(str(error))
     return problems
-
-
-def _check_learnable(task: Task, train: Dataset, source: str, cfg: Config) -> None:
-    """A training split with one label only (one sentiment class, or NER without any entity) trains to
-    loss 0 and scores 1.0 while learning nothing: refuse it, for every task by the same rule."""
-    found = task.label_names(train, replace(cfg, label_names=None))  # what the data shows, not the names
-    if len(found) < 2:
-        raise BertTasksError(
-            f"{source}: the training data has one label only ({found[0]!r}), so a model would learn nothing; "
-            "add examples of another label (for NER: tag some entities), or check label_column/tag_column"
-        )
 
 
 def _capped(data: Dataset, limit: int | None) -> Dataset:

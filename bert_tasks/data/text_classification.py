@@ -14,14 +14,29 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT, choose_columns, column_indexes, positions
+from bert_tasks.data.columns import (
+    COLUMN_KEYS,
+    DEFAULT_LABEL,
+    DEFAULT_TEXT,
+    choose_columns,
+    column_indexes,
+    positions,
+)
 from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8, shown
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.data.in_memory import Records
+from bert_tasks.data.label_values import (
+    INTEGER_LABEL,
+    classes_of,
+    is_set_form,
+    read_label,
+    settle_auto,
+    split_classes,
+)
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -34,8 +49,10 @@ FILE_FORMATS = ("auto", "csv", "tsv", "json")
 SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "json", ".json": "json"}
 _DELIMITERS = {"csv": ",", "tsv": "\t"}
 
-#: (`file:line`, text value, label value) of one row, as the file holds them.
-Row = tuple[str, Any, Any]
+#: (`file:line`, text value, second text value or None, label value) of one row, as the file holds them.
+Row = tuple[str, Any, Any, Any]
+#: The column names one reading reports its values under: text, label, and the pair's second text or None.
+Names = tuple[str, str, str | None]
 
 
 def read_text_classification(
@@ -45,8 +62,10 @@ def read_text_classification(
     *,
     header: bool = True,
     file_format: str = "auto",
+    pair_column: str | None = None,
+    labels: str = "class",
 ) -> Dataset:
-    """Read a local file of labelled texts into a Dataset with string columns `text` and `label`.
+    """Read a local file of labelled texts into a Dataset with columns `text`, `label` (and `text_pair`).
 
     `csv` uses standard CSV quoting; `tsv` (`.tsv`, `.txt`) is GLUE style (tab-separated, no quoting, so
     a `"` inside a sentence is just a character); `json` (`.jsonl`, `.json`) is JSON Lines or a JSON array
@@ -54,62 +73,97 @@ def read_text_classification(
     extension (a stream such as `<(...)`) is JSON when its first line opens an object or array, else TSV
     (a tab in the first line) or CSV. CSV/TSV files open with a header row unless `header=False`; then
     the columns are 0-based indexes (data/columns.py has the rule, and the guess of a column left at its
-    default name). Labels are normalised by `_label`; spellings that `_label` reads as one label
-    (`1`/`1.0`, `True`/`true`) get one warning, and spellings that differ only by case or surrounding
-    characters (`Positive`/`positive`) stay separate classes with another.
+    default name). `pair_column` names the second text of a text pair (an aspect), checked as the text
+    is. `labels` is the label shape (`data/label_values.py`): `class` strings, `set` lists of them,
+    `number` floats, or `auto` (sets when the file writes any label as one, else classes). Class names
+    spelled two ways that read as one (`1`/`1.0`, `True`/`true`) get one warning, and spellings that
+    differ only by case or surrounding characters (`Positive`/`positive`) stay separate with another.
 
     Raises:
         BertTasksError: Unreadable, empty or non-UTF-8 file, a missing column, a column index out of range,
             a headerless file whose label column holds text, a row with empty (or invisible) text, a NUL or
-            lone surrogate, a missing or non-integer numeric label, a CSV quote left open over following
-            rows, or malformed JSON, each naming `file:line`.
+            lone surrogate, a missing label or one its shape does not read, a CSV quote left open over
+            following rows, or malformed JSON, each naming `file:line`.
     """
     path = Path(path)
     # Before reading: a pipe with no usable name, or a bad index, is not read for nothing.
     kind = _kind(path, file_format)
-    indexes = column_indexes(text_column, label_column) if not header and kind != "json" else None
+    wanted = (text_column, label_column, pair_column)
+    indexes = column_indexes(*wanted) if not header and kind != "json" else None
     content = read_utf8(path)
     kind = kind or _kind_of_content(content)
     indexes = None if kind == "json" else indexes
     if kind == "json":
-        names, rows = _record_rows(str(path), json_records(path, content), text_column, label_column)
+        names, rows = _record_rows(str(path), json_records(path, content), wanted)
     elif indexes is None:
-        names, rows = _header_rows(path, content, _DELIMITERS[kind], text_column, label_column)
+        names, rows = _header_rows(path, content, _DELIMITERS[kind], wanted)
     else:
-        names, rows = (
-            (str(indexes[0]), str(indexes[1])),
-            _headerless_rows(path, content, _DELIMITERS[kind], indexes),
-        )
-    texts, labels = _checked(str(path), names, rows)
+        shown_indexes = tuple(str(index) for index in indexes)
+        names = (shown_indexes[0], shown_indexes[1], shown_indexes[2] if pair_column is not None else None)
+        rows = _headerless_rows(path, content, _DELIMITERS[kind], indexes)
+    texts, pairs, values = _checked(str(path), names, rows, labels)
     if not texts:
         raise BertTasksError(f"{path}: no rows found; the file needs at least one labelled example")
-    if indexes is not None:
-        _check_label_column(path, texts, labels, indexes)
-    _warn_near_duplicate_labels(str(path), labels)
-    from datasets import Dataset  # deferred: every row is checked before the library loads
-
-    return Dataset.from_dict({"text": texts, "label": labels})
+    if indexes is not None and labels == "class":
+        _check_label_column(path, texts, values, indexes)
+    return _dataset(str(path), texts, pairs, values)
 
 
-def read_records(source: str, records: Records, text_column: str, label_column: str) -> Dataset:
-    """In-memory records (`data/in_memory.py`) as `text`/`label`, by a JSON file's checks and messages."""
-    texts, labels = _checked(source, *_record_rows(source, records, text_column, label_column))
-    _warn_near_duplicate_labels(source, labels)
-    from datasets import Dataset
+def read_records(
+    source: str,
+    records: Records,
+    text_column: str,
+    label_column: str,
+    pair_column: str | None = None,
+    labels: str = "class",
+) -> Dataset:
+    """In-memory records (`data/in_memory.py`) as `text`/`label` (and `text_pair`), by a JSON file's checks
+    and messages."""
+    names, rows = _record_rows(source, records, (text_column, label_column, pair_column))
+    return _dataset(source, *_checked(source, names, rows, labels))
 
-    return Dataset.from_dict({"text": texts, "label": labels})
+
+def _dataset(source: str, texts: list[str], pairs: list[str] | None, labels: list[Any]) -> Dataset:
+    """The rows as a Dataset of the reader's shape: `text`, (`text_pair`,) `label` as class strings, lists
+    of them, or floats; near-duplicate class spellings warned about first."""
+    from datasets import Dataset, Features, Sequence, Value  # deferred: every row is checked first
+
+    _warn_near_duplicate_labels(source, [name for label in labels for name in classes_of(label)])
+    columns: dict[str, list[Any]] = {"text": texts, **({"text_pair": pairs} if pairs is not None else {})}
+    features = {column: Value("string") for column in columns}
+    first = labels[0] if labels else ""
+    label = Value("float64") if isinstance(first, float) else Value("string")
+    label = Sequence(Value("string")) if isinstance(first, list) else label
+    return Dataset.from_dict({**columns, "label": labels}, features=Features({**features, "label": label}))
 
 
-def _checked(source: str, names: tuple[str, str], rows: Iterator[Row]) -> tuple[list[str], list[str]]:
-    """Every row's text and label checked and normalised, with one warning for label spellings merged."""
-    text_name, label_name = names
-    texts, labels, spellings = [], [], Counter()
-    for where, text, label in rows:
+def _checked(
+    source: str, names: Names, rows: Iterator[Row], labels: str
+) -> tuple[list[str], list[str] | None, list[Any]]:
+    """Every row's texts and label checked and normalised, with one warning for class spellings merged."""
+    text_name, label_name, pair_name = names
+    texts: list[str] = []
+    pairs: list[str] | None = [] if pair_name is not None else None
+    values: list[Any] = []
+    spellings: Counter[tuple[str, str]] = Counter()
+    for where, text, pair, label in rows:
         texts.append(_text(text, where, text_name))
-        labels.append(_label(label, where, label_name))
-        spellings[labels[-1], _spelling(label)] += 1
+        if pairs is not None:
+            pairs.append(_text(pair, where, pair_name))
+        values.append(read_label(label, where, label_name, labels))
+        for name, written in zip(classes_of(values[-1]), _written_classes(label, labels), strict=False):
+            spellings[name, written] += 1
     _warn_merged_spellings(source, spellings)
-    return texts, labels
+    return texts, pairs, settle_auto(values) if labels == "auto" else values
+
+
+def _written_classes(value: Any, labels: str) -> list[str]:
+    """How the file spells each class of a label (`_spelling`), in the order `classes_of` gives them."""
+    if isinstance(value, list):
+        return [_spelling(item) for item in value]
+    if labels in ("set", "auto") and isinstance(value, str) and is_set_form(value):
+        return [item.strip() for item in split_classes(value)]
+    return [_spelling(value)]
 
 
 def _kind(path: Path, file_format: str) -> str | None:
@@ -141,17 +195,26 @@ def _kind_of_content(content: str) -> str:
 
 
 def read_hub_text_classification(
-    dataset_id: str, split: str, text_column: str, label_column: str
+    dataset_id: str,
+    split: str,
+    text_column: str,
+    label_column: str,
+    pair_column: str | None = None,
+    labels: str = "class",
 ) -> Dataset | None:
-    """Download one split of a hub dataset (`glue/sst2` = path `glue`, config `sst2`) as `text`/`label`.
+    """Download one split of a hub dataset (`glue/sst2` = path `glue`, config `sst2`) as `text`/`label`
+    (and `text_pair` from `pair_column`).
 
-    ClassLabel integers are mapped to their names, so labels read from the hub look like labels read
-    from files and the saved model gets real names in its `id2label`. A split whose labels are all -1
-    (GLUE's hidden test labels) has nothing to score: None, and the split counts as absent.
+    ClassLabel integers (and lists of them, as multi-label sets such as go_emotions' store) are mapped to
+    their names, so labels read from the hub look like labels read from files and the saved model gets
+    real names in its `id2label`; each label is then read by its shape (`labels`) with `row N` in errors.
+    A split whose labels are all -1 (GLUE's hidden test labels) has nothing to score: None, and the split
+    counts as absent.
     """
-    from datasets import ClassLabel, Dataset
+    from datasets import ClassLabel
 
-    ds = load_hub_split(dataset_id, split, (text_column, label_column), "text_column/label_column")
+    columns = [column for column in (text_column, label_column, pair_column) if column is not None]
+    ds = load_hub_split(dataset_id, split, columns, "text_column/label_column/text_pair_column")
     feature = ds.features[label_column]
     if isinstance(feature, ClassLabel) and max(ds[label_column], default=-1) < 0:
         return None
@@ -159,46 +222,62 @@ def read_hub_text_classification(
         raise BertTasksError(
             f"dataset={dataset_id} ({split}): some rows are unlabelled (label -1); drop them first"
         )
-
-    labels = ds[label_column]
-    names = feature.int2str(list(labels)) if isinstance(feature, ClassLabel) else labels
+    inner = getattr(feature, "feature", None)
+    values: list[Any] = list(ds[label_column])
+    if isinstance(feature, ClassLabel):
+        values = feature.int2str(values)
+    elif isinstance(inner, ClassLabel):
+        values = [inner.int2str(list(ids)) for ids in values]
+    where = f"dataset={dataset_id} ({split})"
+    read = [read_label(value, f"{where}, row {n}", label_column, labels) for n, value in enumerate(values)]
+    pairs = list(ds[pair_column]) if pair_column is not None else None
     # A new dataset, not `ds.map`: map would cast the named labels back to the split's ClassLabel ids.
-    return Dataset.from_dict({"text": list(ds[text_column]), "label": [str(n) for n in names]})
+    return _dataset(where, list(ds[text_column]), pairs, settle_auto(read) if labels == "auto" else read)
 
 
-def _header_rows(
-    path: Path, content: str, delimiter: str, text_column: str, label_column: str
-) -> tuple[tuple[str, str], Iterator[Row]]:
-    """The (text, label) column names, and each data row's values, of a file with a header row."""
+def _header_rows(path: Path, content: str, delimiter: str, wanted: Names) -> tuple[Names, Iterator[Row]]:
+    """The (text, label, pair) column names, and each data row's values, of a file with a header row."""
+    text_column, label_column, pair_column = wanted
     lines = _delimited_lines(path, content, delimiter)
     line, header = next(lines, (1, []))
     header = [name.strip() for name in header]
     names = choose_columns(f"{path}", header, text_column, label_column)
-    if names is None:
+    if names is None or (pair_column is not None and pair_column not in header):
+        expected = f"text_column='{text_column}' and label_column='{label_column}'"
+        expected += f" and text_pair_column='{pair_column}'" if pair_column is not None else ""
         raise BertTasksError(
-            f"{path}:{line}: header has columns {', '.join(map(shown, header))}, expected "
-            f"text_column='{text_column}' and label_column='{label_column}'; "
-            "set text_column/label_column to match the file (or header=false if it has no header row)"
+            f"{path}:{line}: header has columns {', '.join(map(shown, header))}, expected {expected}; "
+            f"set {_settings(pair_column)} to match the file (or header=false if it has no header row)"
         )
-    text_at, label_at = header.index(names[0]), header.index(names[1])
+    at = [header.index(name) for name in (*names, pair_column) if name is not None]
 
     def rows() -> Iterator[Row]:
         for start, fields in lines:
             _check_width(path, start, fields, len(header), delimiter, f" ({', '.join(header)})")
-            yield f"{path}:{start}", fields[text_at], fields[label_at]
+            yield _row(f"{path}:{start}", fields, at)
 
-    return names, rows()
+    return (names[0], names[1], pair_column), rows()
 
 
-def _headerless_rows(path: Path, content: str, delimiter: str, indexes: tuple[int, int]) -> Iterator[Row]:
-    """Each row's values at the two column indexes; every row has as many columns as the first."""
+def _headerless_rows(path: Path, content: str, delimiter: str, indexes: tuple[int, ...]) -> Iterator[Row]:
+    """Each row's values at the column indexes; every row has as many columns as the first."""
     width = 0
     for start, fields in _delimited_lines(path, content, delimiter):
         if not width:
             width = len(fields)
-            text_at, label_at = positions(indexes, width, f"{path}:{start}", _KIND[delimiter])
+            at = positions(indexes, width, f"{path}:{start}", _KIND[delimiter])
         _check_width(path, start, fields, width, delimiter, " (as on the first row; header=false)")
-        yield f"{path}:{start}", fields[text_at], fields[label_at]
+        yield _row(f"{path}:{start}", fields, at)
+
+
+def _settings(pair_column: str | None) -> str:
+    """The config keys that name the columns, as an error message names them."""
+    return "text_column/label_column" + ("/text_pair_column" if pair_column is not None else "")
+
+
+def _row(where: str, fields: Sequence[Any], at: Sequence[int]) -> Row:
+    """(where, text, pair or None, label) from a row's fields at (text, label[, pair]) positions."""
+    return where, fields[at[0]], fields[at[2]] if len(at) > 2 else None, fields[at[1]]
 
 
 _KIND = {"\t": "tab", ",": "comma"}
@@ -230,29 +309,28 @@ def _delimited_lines(path: Path, content: str, delimiter: str) -> Iterator[tuple
         raise BertTasksError(f"{path}:{reader.line_num}: {e}; fix the row") from e
 
 
-def _record_rows(
-    source: str, records: Records, text_column: str, label_column: str
-) -> tuple[tuple[str, str], Iterator[Row]]:
-    """The (text, label) keys, chosen from the first record's, and each record's values under them."""
+def _record_rows(source: str, records: Records, wanted: Names) -> tuple[Names, Iterator[Row]]:
+    """The (text, label, pair) keys, chosen from the first record's, and each record's values under them."""
+    text_column, label_column, pair_column = wanted
     first = next(records, None)
     if first is None:
-        return (text_column, label_column), iter(())
-    names = choose_columns(source, list(first[1]), text_column, label_column) or (
-        text_column,
-        label_column,
-    )
+        return wanted, iter(())
+    names = choose_columns(source, list(first[1]), text_column, label_column) or (text_column, label_column)
+    keys = [key for key in (*names, pair_column) if key is not None]
 
     def rows() -> Iterator[Row]:
         for where, record in itertools.chain([first], records):
-            if names[0] not in record or names[1] not in record:
-                raise BertTasksError(
-                    f"{where}: expected columns text_column='{names[0]}' and label_column='{names[1]}', "
-                    f"found {', '.join(map(shown, record)) or 'none'}; "
-                    "set text_column/label_column to match the data"
+            if any(key not in record for key in keys):
+                expected = " and ".join(
+                    f"{setting}='{key}'" for setting, key in zip(COLUMN_KEYS, keys, strict=False)
                 )
-            yield where, record[names[0]], record[names[1]]
+                raise BertTasksError(
+                    f"{where}: expected columns {expected}, found {', '.join(map(shown, record)) or 'none'}; "
+                    f"set {_settings(pair_column)} to match the data"
+                )
+            yield _row(where, [record[key] for key in keys], [0, 1, 2][: len(keys)])
 
-    return names, rows()
+    return (names[0], names[1], pair_column), rows()
 
 
 def _open_quote(where: str) -> str:
@@ -288,39 +366,6 @@ def _text(value: Any, where: str, column: str) -> str:
 
 #: Line ends as the csv module counts them (its `line_num`).
 _LINE_BREAK = re.compile("\r\n|\r|\n")
-#: A label spelled as an integer: `1`, `01`, `+1`, `-2`, `1.0`, `1.`.
-_INTEGER_LABEL = re.compile(r"[+-]?[0-9]+(?:\.0*)?", re.ASCII)
-
-
-#: Boolean spellings, read as the labels `true` and `false` (JSON's spelling) whatever their case.
-_BOOLEANS = {"true": "true", "false": "false"}
-
-
-def _label(value: Any, where: str, column: str) -> str:
-    """The label as a class name: strings stripped, integer spellings normalised ("01", "1.0", 1.0 -> "1"),
-    booleans spelled as JSON spells them (true, "True", "TRUE" -> "true")."""
-    if isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise BertTasksError(
-                f"{where}: label {json.dumps(value)} (a float) in column '{column}' is not a class; "
-                "write labels as strings or integers"
-            )
-        return str(int(value))
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, (list, dict)):
-        raise BertTasksError(
-            f"{where}: label is {describe(value)} in column '{column}', not a class name; "
-            "write labels as strings or integers"
-        )
-    if not isinstance(value, str) or is_blank(value):
-        raise BertTasksError(f"{where}: missing label in column '{column}'; give every row a label")
-    label = check_text(value.strip(), where, f"the label in column '{column}'")
-    if _INTEGER_LABEL.fullmatch(label):
-        return str(int(label.split(".")[0]))
-    return _BOOLEANS.get(label.casefold(), label)
 
 
 def _spelling(value: Any) -> str:
@@ -359,8 +404,8 @@ def _check_label_column(path: Path, texts: list[str], labels: list[str], indexes
     worded = [label for label in labels if len(label.split()) > 1]
     distinct = len(set(labels))
     text_like = len(worded) > len(labels) * _TEXT_LIKE_SHARE and distinct > len(labels) * _TEXT_LIKE_SHARE
-    numbers = all(_INTEGER_LABEL.fullmatch(text.strip()) for text in texts)
-    if not text_like and not (numbers and not all(_INTEGER_LABEL.fullmatch(label) for label in labels)):
+    numbers = all(INTEGER_LABEL.fullmatch(text.strip()) for text in texts)
+    if not text_like and not (numbers and not all(INTEGER_LABEL.fullmatch(label) for label in labels)):
         return
     text_at, label_at = indexes
     why = (
@@ -394,7 +439,7 @@ def _warn_near_duplicate_labels(source: str, labels: list[str]) -> None:
 
 def _label_key(label: str) -> str:
     """What is left of a label without case and without the non-alphanumeric characters around it."""
-    if _INTEGER_LABEL.fullmatch(label):
+    if INTEGER_LABEL.fullmatch(label):
         return label  # -1 and 1 are different numbers, not two spellings of one
     core = label.casefold()
     start, end = 0, len(core)

@@ -76,12 +76,12 @@ def _read_labelled(
 ) -> tuple[Dataset, ModelPolicy]:
     directory = local_model_dir(model_dir)
     policy = read_policy(directory, task)
-    model_task_class = task_class(policy.task)
-    policy_keys = _check_keys(overrides, model_task_class.options)
+    saved_task = policy.make_task()
+    policy_keys = _check_keys(overrides, saved_task.evaluate_options, saved_task.trained_options)
     recipe = directory / "recipe.yaml"
     cfg = load_recipe(recipe if recipe.is_file() else None, [*_DATA_ONLY, *overrides, test_file], policy.task)
     policy = _with_overrides(policy, cfg, policy_keys)
-    model_task = model_task_class(**policy.task_options)
+    model_task = policy.make_task()
     raw = read_splits(model_task, cfg, None if data is None else {"test": data})["test"]
     known = label_names(directory)
     # label_names without the recipe's list: the labels the data itself uses.
@@ -96,11 +96,17 @@ def _read_labelled(
     return raw, policy
 
 
-def _check_keys(overrides: Sequence[str], task_options: Sequence[str]) -> list[str]:
-    """The policy keys among `overrides`; a key that is neither a reader nor a policy key is refused."""
+def _check_keys(overrides: Sequence[str], task_options: Sequence[str], trained: Sequence[str]) -> list[str]:
+    """The policy keys among `overrides`; a key that is neither a reader nor a policy key is refused, and
+    so is one the weights were trained for (sentiment's label shape: a regression model stays one)."""
     policy_keys = (*_WINDOW_KEYS, *task_options)
     named = [item.partition("=")[0].strip() for item in overrides]
     for key in named:
+        if key in trained:
+            raise BertTasksError(
+                f"{key}= on the command line: the model was trained with its saved {key} (config.json's "
+                f"bert_tasks.{key}), which evaluate cannot change; give data laid out as the training data"
+            )
         if key not in READER_KEYS and key not in policy_keys:
             raise BertTasksError(
                 f"{key}= on the command line is not an evaluate setting: evaluate takes how the file is read "

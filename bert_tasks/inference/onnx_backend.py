@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, read_id2label
 from bert_tasks.runtime import progress_bars_wanted
-from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -135,7 +134,7 @@ def open_exported(directory: Path, policy: ModelPolicy, threads: int | None = No
     session = open_session(directory / ONNX_FILE, threads)
     _check_outputs(directory, session.get_outputs()[0].shape, len(id2label))
     tokenizer = load_tokenizer(directory)
-    task = task_class(policy.task)(**policy.task_options)
+    task = policy.make_task()
     return ExportedModel(directory, tokenizer, task, id2label, OnnxBackend(session))
 
 

@@ -39,7 +39,6 @@ from bert_tasks.inference.onnx_backend import (
     require,
 )
 from bert_tasks.model_dir import POLICY_KEY, check_method, load_finetuned, local_model_dir, read_policy
-from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -142,8 +141,8 @@ def export_onnx(
 def _check_texts(model_dir: str | Path, check_file: str | None) -> Dataset:
     """The check texts as the task's raw rows, read with the task's own reader (before any model loads)."""
     policy = read_policy(local_model_dir(model_dir))
-    task = task_class(policy.task)(**policy.task_options)
-    path = check_file or task.config_defaults.get("validation_file")
+    task = policy.make_task()
+    path = check_file or task.demo_validation_file
     if path is None:
         raise BertTasksError(
             f"export --format onnx: the {task.name} task has no bundled check data; pass --check FILE"

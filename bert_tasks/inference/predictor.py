@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
-from bert_tasks.data.files import check_texts
+from bert_tasks.data.files import check_texts, prediction_input
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
-from bert_tasks.tasks import task_class
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,7 +79,7 @@ class Predictor:
         if policy is not None and policy != self.policy:
             if policy.task != self.policy.task:
                 raise ValueError(f"a {policy.task} policy for a {self.policy.task} model")
-            self.policy, self.task = policy, task_class(policy.task)(**policy.task_options)
+            self.policy, self.task = policy, policy.make_task()
 
     def _open_onnx(self, directory: Path, quantize: str | None, mixed_precision: str) -> None:
         if quantize or mixed_precision == "bf16":
@@ -110,28 +109,37 @@ class Predictor:
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Predictor:
         return cls(model_dir, **kwargs)
 
-    def predict(self, texts: Sequence[str]) -> list[Any]:
-        """One prediction per text (a label dict for sentiment, a list of entities for NER)."""
-        texts = list(texts)
+    def predict(self, texts: Sequence[Any]) -> list[Any]:
+        """One prediction per input (a label dict for sentiment, a list of entities for NER); an input is
+        a text, or a (text, second text) pair for a model that reads pairs (`task.pair_field`)."""
+        texts = [tuple(text) if isinstance(text, list) else text for text in texts]
         if not texts:
             return []
-        check_texts(texts)
+        check_texts(texts, self.task.pair_field)
         raw = self.task.texts_to_raw(texts)
         return self.task.decode(raw, *self.window_logits(raw), self.id2label)
 
-    def records(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        """One JSON-ready record per text, as `bert-tasks predict --json` prints them."""
-        texts = list(texts)
+    def records(self, texts: Sequence[Any]) -> list[dict[str, Any]]:
+        """One JSON-ready record per input, as `bert-tasks predict --json` prints them."""
+        texts = [tuple(text) if isinstance(text, list) else text for text in texts]
         return [self.task.record(t, p) for t, p in zip(texts, self.predict(texts), strict=True)]
 
-    def annotate(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    def annotate(
+        self, records: Sequence[tuple[str, dict[str, Any]]], pair: str | None = None
+    ) -> list[dict[str, Any]]:
         """Each (`where`, record with a "text") as the record with this model's prediction added.
 
         Every input field passes through (`id` and others); the prediction's keys follow them. A record
-        that already holds one of those keys is refused, naming `where`: its value would be lost.
+        that already holds one of those keys is refused, naming `where`: its value would be lost. A pair
+        model reads each record's pair field (`task.pair_field`), or `pair` where a record has none.
         """
-        predicted = self.records([fields["text"] for _, fields in records])
-        return [with_prediction(w, fields, rec) for (w, fields), rec in zip(records, predicted, strict=True)]
+        field = self.task.pair_field
+        inputs = [prediction_input(where, fields, field, pair) for where, fields in records]
+        predicted = self.records(inputs)
+        return [
+            with_prediction(w, fields, rec, field)
+            for (w, fields), rec in zip(records, predicted, strict=True)
+        ]
 
     def label_studio_tasks(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """The texts as Label Studio tasks pre-annotated with this model's predictions (one JSON array,
@@ -151,9 +159,12 @@ class Predictor:
         return encoded, self.backend.window_logits(encoded, collate, self.batch_size)
 
 
-def with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it)."""
-    clash = next((key for key in record if key != "text" and key in fields), None)
+def with_prediction(
+    where: str, fields: dict[str, Any], record: dict[str, Any], pair_field: str | None = None
+) -> dict[str, Any]:
+    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it); the
+    input's own texts (`text`, a pair's `pair_field`) are in both."""
+    clash = next((key for key in record if key not in ("text", pair_field) and key in fields), None)
     if clash is not None:
         raise BertTasksError(
             f"{where}: the record has a field '{clash}', which the prediction writes; rename that field "
@@ -163,12 +174,17 @@ def with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) 
 
 
 class SentimentClassifier(Predictor):
-    """`SentimentClassifier.from_pretrained(dir)(["text", ...]) -> [{"label", "score", "scores"}]`."""
+    """`SentimentClassifier.from_pretrained(dir)(["text", ...]) -> [{"label", "score", "scores"}]`.
+
+    A pair model takes `[(text, aspect), ...]` (one tuple alone is one pair); a multi-label model gives
+    `{"labels": [...], "scores"}` per text, a regression model `{"value"[, "rounded"]}`.
+    """
 
     expected_task = "sentiment"
 
-    def __call__(self, texts: str | Sequence[str]) -> list[dict[str, Any]]:
-        return self.predict([texts] if isinstance(texts, str) else texts)
+    def __call__(self, texts: str | tuple[str, str] | Sequence[Any]) -> list[dict[str, Any]]:
+        one_pair = isinstance(texts, tuple) and self.task.pair_field is not None and len(texts) == 2
+        return self.predict([texts] if isinstance(texts, str) or one_pair else texts)
 
 
 class EntityTagger(Predictor):

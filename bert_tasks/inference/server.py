@@ -36,7 +36,7 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from bert_tasks import __version__
-from bert_tasks.data.files import check_texts
+from bert_tasks.data.files import check_texts, prediction_input
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.batcher import BatcherClosed, MicroBatcher
 from bert_tasks.inference.serve_settings import ServeSettings
@@ -50,6 +50,10 @@ logger = logging.getLogger(__name__)
 #: How `--workers N` hands the settings to its worker processes (each builds its own app and model).
 SETTINGS_VARIABLE = "BERT_TASKS_SERVE_SETTINGS"
 _USAGE = 'send {"texts": ["..."]} or {"records": [{"id": ..., "text": "..."}]}'
+#: What a pair model's request gives instead (its pair field named as the model was trained).
+_PAIR_USAGE = (
+    'send {{"texts": [["...", "..."]]}} or {{"records": [{{"id": ..., "text": "...", "{}": "..."}}]}}'
+)
 
 
 class TextRecord(BaseModel):
@@ -74,9 +78,17 @@ class PredictRequest(BaseModel):
         return self
 
 
-#: /predict's body in the OpenAPI schema; the models it refers to join the schema's components.
-_REQUEST_SCHEMA = PredictRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-_REQUEST_MODELS = _REQUEST_SCHEMA.pop("$defs", {})
+class PairPredictRequest(PredictRequest):
+    """A pair model's texts: [text, second text] pairs, or records with the pair field (`/info`'s
+    `pair_field`, as the model was trained)."""
+
+    texts: list[tuple[StrictStr, StrictStr]] | None = None  # type: ignore[assignment]
+
+
+def _request_schema(request: type[PredictRequest]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """/predict's body in the OpenAPI schema, and the models it refers to (they join its components)."""
+    schema = request.model_json_schema(ref_template="#/components/schemas/{model}")
+    return schema, schema.pop("$defs", {})
 
 
 class PredictResponse(BaseModel):
@@ -102,6 +114,9 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
         )
     info = _static_info(settings, predictor)
     run_batch = predictor.records
+    pair_field = predictor.task.pair_field
+    request_model = PredictRequest if pair_field is None else PairPredictRequest
+    request_schema, request_models = _request_schema(request_model)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -132,7 +147,7 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
         "/predict",
         response_model=PredictResponse,
         openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _REQUEST_SCHEMA}}}
+            "requestBody": {"required": True, "content": {"application/json": {"schema": request_schema}}}
         },
         responses={
             400: {"description": "the body is not JSON"},
@@ -144,10 +159,10 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
     async def predict(request: Request) -> dict[str, Any]:
         """One record per text, as `bert-tasks predict --json` prints them."""
         body = _parsed(await _body(request, settings.max_body_bytes))
-        texts, fields = _texts(body)
+        texts, fields = _texts(body, request_model, pair_field)
         _check_limits(texts, settings)
         try:
-            check_texts(texts)
+            check_texts(texts, pair_field)
         except BertTasksError as error:
             raise HTTPException(422, str(error)) from None
         if not texts:
@@ -158,7 +173,7 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
         try:
             return {
                 "records": [
-                    _with_prediction(f"record {n}", own, result)
+                    _with_prediction(f"record {n}", own, result, pair_field)
                     for n, (own, result) in enumerate(zip(fields, results, strict=True), start=1)
                 ]
             }
@@ -170,7 +185,7 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
     def openapi_with_request_models() -> dict[str, Any]:
         """FastAPI's schema, plus the models the request body refers to (the body is parsed by hand)."""
         schema = openapi()
-        schema.setdefault("components", {}).setdefault("schemas", {}).update(_REQUEST_MODELS)
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(request_models)
         return schema
 
     app.openapi = openapi_with_request_models  # type: ignore[method-assign]
@@ -239,20 +254,30 @@ def _parsed(body: bytes) -> Any:
         raise HTTPException(400, f"the body is not valid JSON ({reason}); {_USAGE}") from None
 
 
-def _texts(body: Any) -> tuple[list[str], list[dict[str, Any]] | None]:
-    """The texts of a request, and each record's own fields (None for a list of texts)."""
+def _texts(
+    body: Any, request_model: type[PredictRequest], pair_field: str | None
+) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    """The inputs of a request (texts, or (text, second text) pairs for a pair model), and each record's
+    own fields (None for a list of texts)."""
+    usage = _USAGE if pair_field is None else _PAIR_USAGE.format(pair_field)
     try:
-        parsed = PredictRequest.model_validate(body)
+        parsed = request_model.model_validate(body)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the body"
         raise HTTPException(
-            422, f"{where}: {first['msg']} ({len(error.errors())} problem(s) in all); {_USAGE}"
+            422, f"{where}: {first['msg']} ({len(error.errors())} problem(s) in all); {usage}"
         ) from None
     if parsed.texts is not None:
         return parsed.texts, None
     records = [dict(record) for record in body["records"]]  # as sent: field order and values kept
-    return [record["text"] for record in records], records
+    try:
+        inputs = [
+            prediction_input(f"record {n}", record, pair_field) for n, record in enumerate(records, start=1)
+        ]
+    except BertTasksError as error:
+        raise HTTPException(422, str(error)) from None
+    return inputs, records
 
 
 def _check_limits(texts: list[str], settings: ServeSettings) -> None:
@@ -260,7 +285,7 @@ def _check_limits(texts: list[str], settings: ServeSettings) -> None:
         raise HTTPException(
             413, f"{len(texts)} texts in one request, more than --max-texts {settings.max_texts}; split it"
         )
-    chars = sum(len(text) for text in texts)
+    chars = sum(len(text) if isinstance(text, str) else sum(map(len, text)) for text in texts)
     if chars > settings.max_chars:
         raise HTTPException(
             413, f"{chars} characters in one request, more than --max-chars {settings.max_chars}; split it"
@@ -281,10 +306,12 @@ async def _predicted(batcher: MicroBatcher, texts: list[str]) -> list[dict[str, 
         ) from None
 
 
-def _with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def _with_prediction(
+    where: str, fields: dict[str, Any], record: dict[str, Any], pair_field: str | None
+) -> dict[str, Any]:
     from bert_tasks.inference.predictor import with_prediction  # loaded with the model by now
 
-    return with_prediction(where, fields, record)
+    return with_prediction(where, fields, record, pair_field)
 
 
 def _static_info(settings: ServeSettings, predictor: Predictor) -> dict[str, Any]:
@@ -295,6 +322,7 @@ def _static_info(settings: ServeSettings, predictor: Predictor) -> dict[str, Any
     return {
         "task": predictor.task.name,
         "labels": [predictor.id2label[i] for i in sorted(predictor.id2label)],
+        "pair_field": predictor.task.pair_field,
         "policy": predictor.policy.to_json(),
         "model_dir": str(Path(settings.model_dir).resolve()),
         "versions": {

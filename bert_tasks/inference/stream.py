@@ -150,8 +150,11 @@ def predict_to_jsonl(
     total: int | None = None,
     max_texts: int = CHUNK_TEXTS,
     max_chars: int = CHUNK_CHARS,
+    pair: str | None = None,
 ) -> int:
     """Predict `records` chunk by chunk into `out`, in input order; the number of records written.
+
+    A pair model reads each record's pair field, or `pair` (`predict --pair`) where a record has none.
 
     A progress bar on stderr counts records when stderr is a terminal (and `--quiet` is off); the
     Predictor's own bar per chunk is turned off for the run, so the two do not stack.
@@ -163,7 +166,7 @@ def predict_to_jsonl(
     try:
         with tqdm(total=total, desc="predict", unit="texts", disable=not show, file=sys.stderr) as bar:
             for chunk in chunks(records, max_texts, max_chars):
-                out.write(predictor.annotate(chunk))
+                out.write(predictor.annotate(chunk, pair))
                 bar.update(len(chunk))
     finally:
         predictor.progress = progress

@@ -1,4 +1,4 @@
-"""PNG plots of a run: the confusion matrix, NER scores per type with the error breakdown, training curves.
+"""PNG plots of a run: the confusion matrix, per-label and NER per-type scores, training curves.
 
 Figures are built with `matplotlib.figure.Figure` (rendered by the Agg canvas) instead of pyplot's
 global figures, so plotting works on headless servers and leaves no open figures behind.
@@ -92,18 +92,7 @@ def plot_ner_scores(per_type: dict[str, dict[str, float]], errors: dict[str, Any
     kinds = [kind for kind in errors if kind != "examples"]
     fig = Figure(figsize=(12, max(3.0, 1.2 + 0.45 * len(names))), layout="constrained")
     scores, breakdown = fig.subplots(1, 2, width_ratios=[3, 2])
-    rows = np.arange(len(names))  # one row per type, best-supported on top
-    for offset, (metric, colour) in enumerate(
-        zip(("precision", "recall", "f1"), ("#9ecae1", "#4292c6", "#08519c"), strict=True)
-    ):
-        values = [per_type[name][metric] for name in names]
-        scores.barh(rows + (offset - 1) * 0.27, values, height=0.27, color=colour, label=metric)
-    scores.set_yticks(rows, [f"{_short(name)} ({per_type[name]['support']})" for name in names])
-    scores.invert_yaxis()
-    scores.set_xlim(0, 1)
-    scores.set_xlabel("score (support: gold entities)")
-    scores.set_title(title)
-    scores.legend(loc="lower right", fontsize=8)
+    _score_bars(scores, per_type, names, title, "gold entities")
     counts = [errors[kind] for kind in kinds]
     breakdown.barh(np.arange(len(kinds)), counts, color="#cb181d")
     breakdown.set_yticks(np.arange(len(kinds)), [kind.replace("_", " ") for kind in kinds])
@@ -114,6 +103,40 @@ def plot_ner_scores(per_type: dict[str, dict[str, float]], errors: dict[str, Any
     breakdown.set_xlabel("entities")
     breakdown.set_title("Errors by kind")
     return _save(fig, path)
+
+
+#: Labels the multi-label scores PNG draws bars for; beyond, the most frequent ones (by gold support).
+LABEL_PLOT_LABELS = 30
+
+
+def plot_label_scores(per_label: dict[str, dict[str, float]], path: str | Path, title: str) -> Path:
+    """Per-label precision, recall and F1 as grouped horizontal bars with each label's support (multi-label
+    evaluation); beyond `LABEL_PLOT_LABELS` labels the most frequent ones, and the title says so."""
+    names = sorted(per_label, key=lambda name: (-per_label[name]["support"], name))
+    if len(names) > LABEL_PLOT_LABELS:
+        title = f"{title}: the {LABEL_PLOT_LABELS} most frequent of {len(names)} (all: metrics.json)"
+        names = names[:LABEL_PLOT_LABELS]
+    fig = Figure(figsize=(8, max(3.0, 1.2 + 0.45 * len(names))), layout="constrained")
+    _score_bars(fig.add_subplot(), per_label, names, title, "gold texts")
+    return _save(fig, path)
+
+
+def _score_bars(
+    ax: Any, scores: dict[str, dict[str, float]], names: list[str], title: str, unit: str
+) -> None:
+    """Precision, recall and F1 of each of `names` as three bars in a row, best-supported on top."""
+    rows = np.arange(len(names))
+    for offset, (metric, colour) in enumerate(
+        zip(("precision", "recall", "f1"), ("#9ecae1", "#4292c6", "#08519c"), strict=True)
+    ):
+        values = [scores[name][metric] for name in names]
+        ax.barh(rows + (offset - 1) * 0.27, values, height=0.27, color=colour, label=metric)
+    ax.set_yticks(rows, [f"{_short(name)} ({scores[name]['support']})" for name in names])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel(f"score (support: {unit})")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
 
 
 def _most_frequent(counts: np.ndarray, names: list[str], keep: int) -> tuple[np.ndarray, list[str]]:

@@ -42,8 +42,8 @@ class TaskCard:
     pipeline_tag: str | None = None
     #: Keyword arguments of that pipeline that make it read the model as bert-tasks does.
     pipeline_options: dict[str, Any] = field(default_factory=dict)
-    #: A text to show the snippets on.
-    example: str = "An example sentence."
+    #: An input to show the snippets on: a text, or a (text, second text) pair for a pair model.
+    example: str | tuple[str, str] = "An example sentence."
     #: Limits particular to the task, beyond those of the base model and the data.
     limits: tuple[str, ...] = ()
 
@@ -93,6 +93,11 @@ class Task(ABC):
     #: The raw column whose values `validation_split` keeps in proportion (a class label); None: the
     #: carved rows are a plain seeded sample (NER, where a sentence has many labels).
     stratify_by: ClassVar[str | None] = None
+    #: Options the weights were trained for (sentiment's label shape): `evaluate` cannot change them, as it
+    #: runs the others (windows, NER's Viterbi) instead of the saved values.
+    trained_options: ClassVar[tuple[str, ...]] = ()
+    # An instance may narrow `default_metric`, `metric_names` and `stratify_by` to its options (sentiment's
+    # label shape); the class keeps every name, for the config's checks before any task is built.
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -109,6 +114,29 @@ class Task(ABC):
     def head_class(cls) -> type[PreTrainedModel]:
         """The transformers head this task trains, imported on first use."""
         return getattr(importlib.import_module("transformers"), cls.head)
+
+    @property
+    def problem_type(self) -> str | None:
+        """transformers' `problem_type` for the head's config (its loss, and how a vanilla `pipeline`
+        reads its outputs); None lets transformers infer it."""
+        return None
+
+    @property
+    def demo_validation_file(self) -> str | None:
+        """A bundled labelled file this task's models read (`export --format onnx` checks on it by default);
+        None: the task ships none."""
+        return self.config_defaults.get("validation_file")
+
+    @property
+    def evaluate_options(self) -> tuple[str, ...]:
+        """The options `evaluate` may run instead of the saved values (NER's Viterbi): every option but the
+        trained ones, unless an instance narrows them to those that mean something for it."""
+        return tuple(key for key in self.options if key not in self.trained_options)
+
+    @property
+    def pair_field(self) -> str | None:
+        """The field of a text pair's second text (segment B) in prediction records; None: one text."""
+        return None
 
     # Reading: one split at a time; `data/splits.py` decides which split comes from where.
 
@@ -127,6 +155,25 @@ class Task(ABC):
             f"{source}: the {self.name} task reads no in-memory data; give files, or implement "
             "Task.read_memory"
         )
+
+    def settle(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> dict[str, Dataset]:
+        """Settle the options the data decides, once every split is read (before `validation_split` carves):
+        sentiment's `multi_label` left unset is decided by how the labels are written. Returns the splits in
+        the settled form (nothing changes by default)."""
+        return splits
+
+    def check_learnable(self, train: Dataset, source: str, cfg: Config) -> None:
+        """Refuse a training split a model learns nothing from: by default one with a single label, which
+        trains to loss 0 and scores 1.0 while learning nothing."""
+        from dataclasses import replace
+
+        found = self.label_names(train, replace(cfg, label_names=None))  # the data's labels, not the names
+        if len(found) < 2:
+            raise BertTasksError(
+                f"{source}: the training data has one label only ({found[0]!r}), so a model would learn "
+                "nothing; add examples of another label (for NER: tag some entities), or check "
+                "label_column/tag_column"
+            )
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:  # noqa: B027
         """Refuse evaluation splits whose labels the training split never shows (nothing by default)."""
@@ -191,6 +238,30 @@ class Task(ABC):
         id2label: dict[int, str],
     ) -> list[Any]:
         """Merge per-window logits into one plain-Python prediction per raw example."""
+
+    # What a run learns besides the weights.
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether `calibrate` wants the best weights' validation logits at the end of a run."""
+        return False
+
+    def calibrate(  # noqa: B027
+        self,
+        raw: Dataset,
+        encoded: Dataset,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
+    ) -> None:
+        """Set the options that are tuned on the validation split's predictions (multi-label thresholds),
+        before the held-out splits are scored and the policy is saved; nothing by default."""
+
+    def saved_weights(
+        self, model: PreTrainedModel, weights: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """The weights as the final model dir holds them (`weights`: the whole state dict, `{}` on processes
+        that do not save); regression folds its target scaling into the head here."""
+        return weights
 
     # Showing: to programs (records) and to people (text, plots).
 

@@ -1,48 +1,53 @@
-"""Sentence classification (sentiment, or any single-label text task): read, window, batch, score, decode.
+"""Sentence classification (sentiment, or any text task): read, window, batch, score, decode.
 
-A sentence longer than `max_length` is split into overlapping windows that all carry the sentence's
-label; at evaluation and prediction time the windows' logits are averaged back into one score per
-sentence, so no token is dropped and each sentence counts once.
+One module for every shape of the task, as the issue that brought them asked: a text or a text pair
+(`text_pair_column`: a review and its aspect, BERT's segments A and B), and a label that is one class, a
+set of classes (`multi_label`) or a number (`regression`). What the inputs need lives here: the readers,
+windows (`tasks/text_windows.py`: a pair is windowed over its longer side only), and the averaging of a
+text's window logits back into one row, so no token is dropped and each text counts once. What the label
+needs (the head's loss, the metrics, decoding, showing) is the shape's, chosen from the options as NER
+chooses its decoder (`tasks/sentiment_shapes.py`). A sentence longer than `max_length` is split into
+overlapping windows that all carry the sentence's label.
 """
 
 from __future__ import annotations
 
-import functools
-from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from bert_tasks.data.annotation_tools import TEXT_OBJECT
 from bert_tasks.data.text_classification import (
     FILE_FORMATS,
     read_hub_text_classification,
     read_records,
     read_text_classification,
 )
-from bert_tasks.errors import BertTasksError, listed
-from bert_tasks.tasks.base import SplitProfile, Task, TaskCard, score_table
+from bert_tasks.errors import BertTasksError
+from bert_tasks.tasks.base import SplitProfile, Task, TaskCard
+from bert_tasks.tasks.sentiment_shapes import MultiLabel, shape_of
+from bert_tasks.tasks.text_windows import pair_windows, text_windows
 
 if TYPE_CHECKING:
     import torch
     from datasets import Dataset
-    from evaluate import EvaluationModule
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
     from bert_tasks.model_dir import ModelPolicy
 
-METRIC_PATH = Path(__file__).resolve().parent.parent / "metrics" / "classification" / "classification.py"
 _DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo" / "sentiment"
-#: Classes up to which `render_metrics` prints the confusion matrix (each row is ~11 characters a class).
-PRINTED_MATRIX_CLASSES = 20
+#: What separates a pair's two texts where one string stands for both (`debug data`'s duplicates).
+PAIR_JOINER = " [SEP] "
+#: One input to predict: a text, or a (text, second text) pair for a pair model.
+Input = str | tuple[str, str]
 
 
 class SentimentTask(Task):
-    """One label per text; the label set is the training file's labels (or `cfg.label_names`)."""
+    """A text (or a text pair) and its label: one class, a set of classes, or a number."""
 
     name = "sentiment"
     head = "BertForSequenceClassification"
@@ -52,59 +57,158 @@ class SentimentTask(Task):
         "train_file": str(_DEMO / "train.jsonl"),
         "validation_file": str(_DEMO / "validation.jsonl"),
     }
+    options = ("text_pair_column", "multi_label", "thresholds", "regression", "round_to", "ordinal")
+    trained_options = ("text_pair_column", "multi_label", "regression")
+    # Every shape's metrics, for the config's check; an instance narrows them to its own shape's.
     default_metric = "accuracy"
-    metric_names = ("accuracy", "macro_f1")
+    metric_names = ("accuracy", "macro_f1", "micro_f1", "subset_accuracy", "spearman", "pearson")
+    metric_names += ("rounded_accuracy",)
     file_formats = FILE_FORMATS
     stratify_by = "label"
-    #: The Label Studio control that `predict --format label-studio` fills:
-    #: `<Choices name="sentiment" toName="text">`, as in Label Studio's text classification template.
-    label_studio_control = "sentiment"
+
+    def __init__(
+        self,
+        text_pair_column: str | None = None,
+        multi_label: bool | None = None,
+        thresholds: list[float] | None = None,
+        regression: bool = False,
+        round_to: list[float] | None = None,
+        ordinal: bool = False,
+    ) -> None:
+        super().__init__(
+            text_pair_column=text_pair_column,
+            multi_label=multi_label,
+            thresholds=thresholds,
+            regression=regression,
+            round_to=round_to,
+            ordinal=ordinal,
+        )
+        self._choose_shape()
+
+    def _choose_shape(self) -> None:
+        self.shape = shape_of(self.option_values)
+        self.default_metric, self.metric_names = self.shape.default_metric, self.shape.metric_names
+        self.stratify_by = self.shape.stratify_by
+
+    @property
+    def problem_type(self) -> str | None:
+        return self.shape.problem_type
+
+    @property
+    def demo_validation_file(self) -> str | None:
+        """The bundled demo of this shape and input (pairs: with an `aspect` field); None for a pair model
+        of another label shape, or whose pair field is not `aspect`."""
+        shape = "regression" if self.option_values["regression"] else None
+        shape = shape or ("multilabel" if self.option_values["multi_label"] else "sentiment")
+        if self.pair_field is not None:
+            shape = "pairs" if shape == "sentiment" and self.pair_field == "aspect" else None
+        return None if shape is None else str(_DEMO.parent / shape / "validation.jsonl")
+
+    @property
+    def evaluate_options(self) -> tuple[str, ...]:
+        """Multi-label: its thresholds; regression: its rounding; a single-label model has none."""
+        return self.shape.evaluate_options
+
+    @property
+    def pair_field(self) -> str | None:
+        return self.option_values["text_pair_column"]
+
+    @property
+    def _label_kind(self) -> str:
+        """How the readers read labels: the shape's, or `auto` while `multi_label` is left unset."""
+        unset = self.option_values["multi_label"] is None and not self.option_values["regression"]
+        return "auto" if unset else self.shape.kind
+
+    # Reading.
 
     def read_file(self, path: str, cfg: Config) -> Dataset:
-        """A CSV/TSV/TXT/JSONL/JSON file of texts and labels, integer labels named by `cfg.label_names`."""
+        """A CSV/TSV/TXT/JSONL/JSON file of texts (pairs) and labels; integer labels named by label_names."""
         data = read_text_classification(
-            path, cfg.text_column, cfg.label_column, header=cfg.header, file_format=cfg.format
+            path,
+            cfg.text_column,
+            cfg.label_column,
+            header=cfg.header,
+            file_format=cfg.format,
+            pair_column=self.pair_field,
+            labels=self._label_kind,
         )
-        return data if cfg.label_names is None else _name_labels(data, cfg.label_names, path)
+        return self._named(data, cfg.label_names, path)
 
     def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset | None:
         """A hub split with ClassLabel ids turned into names; None for an unlabelled (GLUE test) split."""
-        data = read_hub_text_classification(dataset, split, cfg.text_column, cfg.label_column)
-        if data is None or cfg.label_names is None:
-            return data
-        return _name_labels(data, cfg.label_names, f"dataset={dataset} ({split})")
+        data = read_hub_text_classification(
+            dataset, split, cfg.text_column, cfg.label_column, self.pair_field, self._label_kind
+        )
+        return data if data is None else self._named(data, cfg.label_names, f"dataset={dataset} ({split})")
 
     def read_memory(self, records: Records, source: str, cfg: Config) -> Dataset:
-        """Records with the text and label columns, checked as JSON records are (labels named likewise)."""
-        data = read_records(source, records, cfg.text_column, cfg.label_column)
-        return data if cfg.label_names is None else _name_labels(data, cfg.label_names, source)
+        """Records with the text (pair) and label columns, checked as JSON records are."""
+        data = read_records(
+            source, records, cfg.text_column, cfg.label_column, self.pair_field, self._label_kind
+        )
+        return self._named(data, cfg.label_names, source)
+
+    def _named(self, data: Dataset, names: list[str] | None, source: str) -> Dataset:
+        return data if names is None else _name_labels(data, names, source)
+
+    def settle(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> dict[str, Dataset]:
+        """`multi_label` left unset becomes true when any split writes a label as a set (a JSON list or
+        `a|b`; the plain labels are then sets of one), else false; the shape then takes what it needs from
+        the training split, and the settings that only now meet their shape are checked."""
+        if self._label_kind == "auto":
+            multi = any(_holds_sets(data) for data in splits.values())
+            if multi:
+                splits = {split: _as_sets(data) for split, data in splits.items()}
+            self.option_values["multi_label"] = multi
+            self._choose_shape()
+        train = splits.get("train")
+        self.option_values |= self.shape.settle(train, cfg)
+        if isinstance(self.shape, MultiLabel) and train is not None:
+            self.shape.check_thresholds(self.label_names(train, cfg))
+        shape = "multi-label" if isinstance(self.shape, MultiLabel) else "this"
+        if cfg.class_weights is not None and isinstance(self.shape, MultiLabel):
+            raise BertTasksError(
+                f"class_weights: {sources.get('train', 'the data')} holds label sets (multi-label), which "
+                "have no class to weigh against the others; drop class_weights (each label's threshold is "
+                "tuned on validation instead)"
+            )
+        if cfg.metric_for_best is not None and cfg.metric_for_best not in self.metric_names:
+            raise BertTasksError(
+                f"metric_for_best={cfg.metric_for_best} is not a score of a {shape} model; choose one of "
+                f"{', '.join(self.metric_names)}"
+            )
+        return splits
+
+    def check_learnable(self, train: Dataset, source: str, cfg: Config) -> None:
+        """What the shape needs to learn anything: two classes, two label sets, or two values."""
+        self.shape.check_learnable(train, source, self.label_names(train, replace(cfg, label_names=None)))
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
-        """Every validation/test label must occur in the training data (or `cfg.label_names`)."""
-        known = set(cfg.label_names) if cfg.label_names is not None else set(splits["train"]["label"])
-        for split, ds in splits.items():
-            unseen = sorted(set(ds["label"]) - known)
-            if unseen:
-                hint = "; max_train_samples may have cut it" if cfg.max_train_samples is not None else ""
-                raise BertTasksError(
-                    f"{sources[split]}: label '{unseen[0]}' never occurs in the training data "
-                    f"({sources['train']}){hint}; add training examples of it or fix the label"
-                )
+        """Every validation/test class must occur in the training data (or `cfg.label_names`)."""
+        self.shape.check_unseen(splits, sources, cfg)
 
     def profile_split(self, raw: Dataset) -> SplitProfile:
-        """Each example is its text with one label; the distribution counts examples per label."""
+        """Each example is its text (a pair: both, joined by [SEP]) with its label; the distribution counts
+        examples per label (a multi-label text once for each of its labels)."""
         texts, labels = raw["text"][:], raw["label"][:]
-        return SplitProfile(keys=texts, golds=labels, labels=dict(Counter(labels)), unit="examples")
+        if self.pair_field is not None:
+            texts = [f"{text}{PAIR_JOINER}{pair}" for text, pair in zip(texts, raw["text_pair"], strict=True)]
+        golds = [self.shape.gold(label) for label in labels]
+        return SplitProfile(keys=texts, golds=golds, labels=self.shape.distribution(labels), unit="examples")
 
-    def texts_to_raw(self, texts: list[str]) -> Dataset:
-        """Raw texts -> the one-column dataset `encode`/`decode` take for prediction."""
+    def texts_to_raw(self, texts: Sequence[Input]) -> Dataset:
+        """Inputs to predict -> the dataset `encode`/`decode` take: texts, or (text, second text) pairs."""
         from datasets import Dataset
 
-        return Dataset.from_dict({"text": texts})
+        if self.pair_field is None:
+            return Dataset.from_dict({"text": list(texts)})
+        return Dataset.from_dict({"text": [t[0] for t in texts], "text_pair": [t[1] for t in texts]})
 
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
-        """`cfg.label_names` when given (their order is the id order), else the sorted training labels."""
-        return list(cfg.label_names) if cfg.label_names is not None else sorted(set(train["label"]))
+        """`cfg.label_names` when given, else the sorted training classes (regression: its one output)."""
+        return self.shape.label_names(train, cfg)
+
+    # Encoding and batching.
 
     def encode(
         self,
@@ -114,30 +218,26 @@ class SentimentTask(Task):
         max_length: int,
         stride: int,
     ) -> Dataset:
-        """Tokenize each text into windows (the fast tokenizer's own overflow), each with the text's label."""
+        """Tokenize each text (pair) into windows, each with its text's label as the head's target."""
         if label2id is not None:
             if "label" not in raw.column_names:
                 raise BertTasksError("cannot score texts without labels; give the data a label column")
-            unknown = sorted(set(raw["label"]) - set(label2id))
-            if unknown:
-                raise BertTasksError(
-                    f"label '{unknown[0]}' is not one the model knows ({listed(list(label2id))}); "
-                    "fix the data or train a model that has it"
-                )
+            self.shape.check_known(raw, label2id)
+        pair = self.pair_field
+        if pair is not None and "text_pair" not in raw.column_names:
+            raise BertTasksError(f"the model reads text pairs; give each text its {pair}")
 
         def windows(batch: dict[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
-            enc = tokenizer(
-                batch["text"],
-                truncation=True,
-                max_length=max_length,
-                stride=stride,
-                return_overflowing_tokens=True,
-            )
-            source_rows = enc.pop("overflow_to_sample_mapping")  # window -> row within this batch
-            enc["example_id"] = [indices[row] for row in source_rows]
+            if pair is None:
+                enc, rows = text_windows(tokenizer, batch["text"], max_length, stride)
+            else:
+                numbers = [index + 1 for index in indices]
+                texts, pairs = batch["text"], batch["text_pair"]
+                enc, rows = pair_windows(tokenizer, texts, pairs, max_length, stride, pair, numbers)
+            enc["example_id"] = [indices[row] for row in rows]  # window -> row of the whole dataset
             if label2id is not None:
-                enc["labels"] = [label2id[batch["label"][row]] for row in source_rows]
-            return dict(enc)
+                enc["labels"] = [self.shape.target(batch["label"][row], label2id) for row in rows]
+            return enc
 
         from datasets.fingerprint import generate_random_fingerprint
 
@@ -159,6 +259,8 @@ class SentimentTask(Task):
 
         return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors=return_tensors)
 
+    # Scoring, decoding, and what a run learns besides the weights.
+
     def metrics(
         self,
         raw: Dataset,
@@ -166,17 +268,11 @@ class SentimentTask(Task):
         window_logits: Sequence[np.ndarray],
         id2label: dict[int, str],
     ) -> dict[str, Any]:
-        """Accuracy, macro-F1, per-class scores and confusion matrix over whole texts (windows averaged).
-
-        Returns the classification metric's dict: scalar `accuracy` and `macro_f1`, plus `per_class`
-        ({label: {precision, recall, f1, support}}), `confusion_matrix` (gold rows) and `labels`.
-        """
+        """The shape's scores over whole texts (windows averaged): single-label accuracy, macro-F1,
+        `per_class`, `confusion_matrix`, `labels`; multi-label micro/macro-F1, subset accuracy,
+        `per_label`, `thresholds`; regression MAE, RMSE, Pearson, Spearman (and `rounded_accuracy`)."""
         logits = _example_logits(encoded, window_logits, len(raw))  # (N, C)
-        labels = [id2label[i] for i in sorted(id2label)]
-        predictions = [labels[i] for i in logits.argmax(axis=-1)]
-        return _classification_metric().compute(
-            predictions=predictions, references=list(raw["label"]), labels=labels
-        )
+        return self.shape.metrics(logits, list(raw["label"]), _labels(id2label))
 
     def decode(
         self,
@@ -185,90 +281,98 @@ class SentimentTask(Task):
         window_logits: Sequence[np.ndarray],
         id2label: dict[int, str],
     ) -> list[dict[str, Any]]:
-        """One `{"label", "score", "scores": {label: prob}}` per text, from the softmax of averaged logits."""
-        from scipy.special import softmax
+        """One prediction per text, from its averaged window logits: `{"label", "score", "scores"}`,
+        `{"labels": [{"label", "score"}], "scores"}` (multi-label) or `{"value"[, "rounded"]}`."""
+        logits = _example_logits(encoded, window_logits, len(raw))  # (N, C)
+        return self.shape.decode(logits, _labels(id2label))
 
-        probs = softmax(_example_logits(encoded, window_logits, len(raw)), axis=-1)  # (N, C)
-        labels = [id2label[i] for i in sorted(id2label)]
-        return [
-            {
-                "label": labels[int(row.argmax())],
-                "score": float(row.max()),
-                "scores": {label: float(p) for label, p in zip(labels, row, strict=True)},
-            }
-            for row in probs
-        ]
+    @property
+    def calibrates(self) -> bool:
+        return self.shape.calibrates and self.option_values["thresholds"] is None
 
-    def record(self, text: str, prediction: dict[str, Any]) -> dict[str, Any]:
-        """`{"text", "label", "score", "scores"}`."""
-        return {"text": text, **prediction}
+    def calibrate(
+        self,
+        raw: Dataset,
+        encoded: Dataset,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
+    ) -> None:
+        """Multi-label: each label's threshold, tuned on these (validation) logits, into the options."""
+        logits = _example_logits(encoded, window_logits, len(raw))
+        self.option_values |= self.shape.calibrate(logits, list(raw["label"]), _labels(id2label))
+
+    def saved_weights(
+        self, model: PreTrainedModel, weights: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        return self.shape.saved_weights(model, weights)
+
+    # Showing.
+
+    def record(self, text: Input, prediction: dict[str, Any]) -> dict[str, Any]:
+        """`{"text"[, <pair field>], ...the prediction}`."""
+        if self.pair_field is None:
+            return {"text": text, **prediction}
+        return {"text": text[0], self.pair_field: text[1], **prediction}
 
     def label_studio_results(
-        self, text: str, prediction: dict[str, Any]
-    ) -> tuple[list[dict[str, Any]], float]:
-        """The predicted class as a `choices` result; the task's score is the class's probability."""
-        result = {
-            "from_name": self.label_studio_control,
-            "to_name": TEXT_OBJECT,
-            "type": "choices",
-            "value": {"choices": [prediction["label"]]},
-            "score": prediction["score"],
-        }
-        return [result], prediction["score"]
+        self, text: Input, prediction: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], float | None]:
+        """The predicted class (classes) as a `choices` result, or the value as a `number` one."""
+        return self.shape.label_studio(prediction)
 
-    def render_predictions(self, texts: Sequence[str], predictions: Sequence[dict[str, Any]]) -> str:
-        """A table: label, probability, text."""
-        width = max(5, *(len(p["label"]) for p in predictions))
-        lines = [f"{'label':<{width}}  score  text"]
-        lines += [
-            f"{p['label']:<{width}}  {p['score']:.3f}  {t}" for t, p in zip(texts, predictions, strict=True)
+    def render_predictions(self, texts: Sequence[Input], predictions: Sequence[dict[str, Any]]) -> str:
+        """A table: the prediction's two cells (label and probability; labels and probabilities; value
+        and rounded value), the pair's second text, then the text."""
+        pair = self.pair_field
+        header = [*self.shape.columns, *([pair] if pair is not None else []), "text"]
+        rows = [
+            [*self.shape.shown(p), *(text if pair is not None else [text])]
+            for text, p in zip(texts, predictions, strict=True)
         ]
-        return "\n".join(lines)
+        if pair is not None:  # the text last: it is the long one
+            rows = [[*row[:2], row[3], row[2]] for row in rows]
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+        return "\n".join(
+            "  ".join(f"{cell:<{width}}" for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
+            for row in [header, *rows]
+        )
 
     def render_metrics(self, metrics: dict[str, Any]) -> str:
-        """Accuracy, macro-F1, the per-class table and, up to `PRINTED_MATRIX_CLASSES` classes, the confusion
-        matrix (beyond, a line says where it is: its rows alone would be thousands of characters wide)."""
-        labels = metrics["labels"]
-        lines = [f"accuracy {metrics['accuracy']:.4f} | macro-F1 {metrics['macro_f1']:.4f}", ""]
-        lines += score_table(metrics["per_class"], "class")
-        if len(labels) > PRINTED_MATRIX_CLASSES:
-            lines += [
-                "",
-                f"confusion matrix: {len(labels)} classes, too many to print (more than "
-                f"{PRINTED_MATRIX_CLASSES}); the full matrix (rows: gold, columns: predicted) is "
-                "'confusion_matrix' in the metrics.json evaluate wrote (or print it with --json), and "
-                "confusion_matrix.png beside it shows the most frequent classes",
-            ]
-            return "\n".join(lines)
-        width = max(9, *(len(label) for label in labels))
-        lines += ["", "confusion matrix (rows: gold, columns: predicted)"]
-        lines.append(" " * width + "  " + "  ".join(f"{label:>{width}}" for label in labels))
-        for label, row in zip(labels, metrics["confusion_matrix"], strict=True):
-            lines.append(f"{label:<{width}}  " + "  ".join(f"{count:>{width}}" for count in row))
-        return "\n".join(lines)
+        """The shape's scores as text (single-label: with the confusion matrix up to 20 classes)."""
+        return self.shape.render_metrics(metrics)
 
     def save_plots(self, metrics: dict[str, Any], out_dir: Path) -> list[Path]:
-        """The confusion matrix as a PNG (beyond 30 classes: the most frequent ones, the rest as "other")."""
-        from bert_tasks.insight.plots import plot_confusion_matrix  # matplotlib: only evaluation needs it
-
-        return [
-            plot_confusion_matrix(
-                metrics["confusion_matrix"], metrics["labels"], out_dir / "confusion_matrix.png"
-            )
-        ]
+        """Single-label: the confusion matrix; multi-label: per-label scores; regression: none."""
+        return self.shape.save_plots(metrics, out_dir)
 
     def card(self, labels: Sequence[str], policy: ModelPolicy) -> TaskCard:
-        """Text classification; a vanilla pipeline truncates to one window, where bert-tasks averages."""
+        """The shape's summary and pipeline arguments; a vanilla pipeline truncates to one window, where
+        bert-tasks averages."""
+        pair = self.pair_field
+        summary = self.shape.summary(labels)
+        if pair is not None:
+            summary += f" Each input is a text and its {pair}, read as BERT's two segments."
+        long_inputs = (
+            "in training every window carries its text's label; in prediction the windows' logits are "
+            "averaged into one prediction per text, so no part of a text is dropped"
+        )
+        if pair is not None:
+            long_inputs += f"; only the longer of a text and its {pair} is windowed, the other is whole"
+        text = (
+            "The battery is great but the screen is dim."
+            if pair
+            else "I loved this film, the cast was wonderful."
+        )
         return TaskCard(
-            summary=f"Text classification: one label per text, out of {', '.join(labels)}.",
-            long_inputs="in training every window carries its text's label; in prediction the windows' "
-            "logits are averaged into one label per text, so no part of a text is dropped",
+            summary=summary,
+            long_inputs=long_inputs,
             pipeline_tag="text-classification",
-            pipeline_options={"truncation": True},
-            example="I loved this film, the cast was wonderful.",
+            pipeline_options=self.shape.pipeline_options(),
+            example=(text, "screen") if pair else text,
             limits=(
                 "A vanilla `pipeline` reads only the first window of a long text (it truncates); bert-tasks "
                 "averages over every window, so on long texts the two can disagree.",
+                *self.shape.limits(),
             ),
         )
 
@@ -292,12 +396,23 @@ def _example_logits(encoded: Dataset, window_logits: Sequence[np.ndarray], num_e
     return sums / counts[:, None]
 
 
-@functools.cache
-def _classification_metric() -> EvaluationModule:
-    """Load the local metric once; `evaluate` is imported here because it is slow to import."""
-    import evaluate
+def _labels(id2label: dict[int, str]) -> list[str]:
+    return [id2label[i] for i in sorted(id2label)]
 
-    return evaluate.load(str(METRIC_PATH), keep_in_memory=True)
+
+def _holds_sets(data: Dataset) -> bool:
+    """Whether a split's labels were read as sets (`data/label_values.py`: lists or `a|b`)."""
+    return getattr(data.features["label"], "feature", None) is not None
+
+
+def _as_sets(data: Dataset) -> Dataset:
+    """A split of class labels as sets of one (a multi-label split's plain labels)."""
+    if _holds_sets(data):
+        return data
+    from datasets import Sequence, Value
+
+    sets = data.map(lambda batch: {"label": [[label] for label in batch["label"]]}, batched=True)
+    return sets.cast_column("label", Sequence(Value("string")))
 
 
 def _name_labels(ds: Dataset, names: list[str], source: str) -> Dataset:
@@ -313,5 +428,14 @@ def _name_labels(ds: Dataset, names: list[str], source: str) -> Dataset:
             f"0..{len(names) - 1}; fix label_names"
         )
 
-    mapping = {label: name(label) for label in set(ds["label"])}
-    return ds.map(lambda batch: {"label": [mapping[label] for label in batch["label"]]}, batched=True)
+    sets = _holds_sets(ds)
+    mapping = {
+        label: name(label) for label in ({n for ls in ds["label"] for n in ls} if sets else set(ds["label"]))
+    }
+
+    def rename(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if sets:
+            return {"label": [[mapping[n] for n in labels] for labels in batch["label"]]}
+        return {"label": [mapping[label] for label in batch["label"]]}
+
+    return ds.map(rename, batched=True)

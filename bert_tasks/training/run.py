@@ -208,10 +208,17 @@ class Run:
         check_tokenizer_fits(self.tokenizer, model, cfg.model)
         if cfg.attention_dropout is not None:
             set_attention_dropout(model, cfg.attention_dropout)
-        setattr(model.config, POLICY_KEY, ModelPolicy.for_run(cfg).to_json())
+        if self.task.problem_type is not None:  # the head's loss, and how vanilla transformers reads it
+            model.config.problem_type = self.task.problem_type
+        setattr(model.config, POLICY_KEY, self._policy())
         if cfg.gradient_checkpointing:
             model.activation_checkpointing_enable()
         self.model = model
+
+    def _policy(self) -> dict[str, Any]:
+        """The policy saved with the weights: the config's windows and the task's options as they stand
+        (settled by the data, and by validation at the end of the run)."""
+        return ModelPolicy.for_run(self.cfg, self.task.option_values).to_json()
 
     def _write_recipe(self) -> None:
         """Replace the previous run (on `overwrite`) and write recipe.yaml, once data, model and (on
@@ -468,14 +475,17 @@ class Run:
         patience = self.cfg.early_stopping_patience
         return bool(patience) and self.state.evals_without_improvement >= patience
 
-    def _scores(self, loader: Any, split: str) -> dict[str, Any]:
-        """The task's scores on one split; a model whose outputs hold NaN/inf has diverged."""
+    def _scores(self, loader: Any, split: str, calibrate: bool = False) -> dict[str, Any]:
+        """The task's scores on one split; a model whose outputs hold NaN/inf has diverged. `calibrate`:
+        the task first tunes its options on these logits (multi-label thresholds, on validation)."""
         logits = collect_window_logits(
             self.model, loader, len(self.encoded[split]), self.accelerator, description="evaluate"
         )
         if not all(np.isfinite(window).all() for window in logits):
             raise self._diverged(f"the model's outputs on the {split} data", self.state.global_step)
         id2label = self.accelerator.unwrap_model(self.model).config.id2label
+        if calibrate:
+            self.task.calibrate(self.raw[split], self.encoded[split], logits, id2label)
         return self.task.metrics(self.raw[split], self.encoded[split], logits, id2label)
 
     def _save_checkpoint(self) -> Path:
@@ -537,12 +547,16 @@ class Run:
             load_best(unwrapped, self.output_dir)
             accelerator.wait_for_everyone()  # every process has read best/ before the main one deletes it
         metrics: dict[str, Any] = {"best_step": state.best_step, "metric_for_best": self.metric_name}
-        if state.best_scores is not None:
+        calibrate = self.task.calibrates and "validation" in self.encoded
+        if state.best_scores is not None and not calibrate:
             metrics["validation"] = state.best_scores  # scored when it was the best; no second pass
-        for split in ("validation", "test"):
+        for split in ("validation", "test"):  # validation first: a task that calibrates tunes on it
             if split in self.encoded and split not in metrics:
                 loader = eval_loader(self.encoded[split], self.collate, self.cfg.eval_batch_size)
-                metrics[split] = self._scores(accelerator.prepare(loader), split)
+                metrics[split] = self._scores(
+                    accelerator.prepare(loader), split, calibrate and split == "validation"
+                )
+        setattr(unwrapped.config, POLICY_KEY, self._policy())
         weights = full_state_dict(accelerator, self.model)  # every process: gathering FSDP shards
         with failing_together(accelerator, "saving the model"):
             if accelerator.is_main_process:
@@ -599,7 +613,7 @@ class Run:
         shutil.rmtree(staging, ignore_errors=True)
         needed = weight_bytes(model) + 2**20  # the weights, and about 1 MiB of tokenizer and plots
         with written_whole(staging, f"the model to {output_dir}", needed, self._what_is_intact()):
-            model.save_pretrained(staging, state_dict=weights)
+            model.save_pretrained(staging, state_dict=self.task.saved_weights(model, weights))
             self.tokenizer.save_pretrained(staging)
             plot_training_curves(self.state.history, staging / "training_curves.png")
             facts = RunFacts(output_dir, self.recipe, self.labels, self.data_sources, metrics, self.versions)

@@ -176,15 +176,18 @@ def test_two_spellings_read_as_one_label_give_one_warning(
 NOT_LABELS = [
     (
         '{"text": "a", "label": 2.5}',
-        "label 2.5 (a float) in column 'label' is not a class; write labels as strings or integers",
+        "label 2.5 (a float) in column 'label' is not a class; write labels as strings or integers "
+        "(or set regression=true for numbers)",
     ),
     (
         '{"text": "a", "label": NaN}',
-        "label NaN (a float) in column 'label' is not a class; write labels as strings or integers",
+        "label NaN (a float) in column 'label' is not a class; write labels as strings or integers "
+        "(or set regression=true for numbers)",
     ),
     (
-        '{"text": "a", "label": [1]}',
-        "label is a list ([1]) in column 'label', not a class name; write labels as strings or integers",
+        '{"text": "a", "label": {"x": 1}}',
+        "label is an object ({\"x\": 1}) in column 'label', not a class name; write labels as strings or "
+        "integers",
     ),
     ('{"text": "a", "label": null}', "missing label in column 'label'; give every row a label"),
     (

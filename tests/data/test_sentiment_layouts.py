@@ -81,8 +81,7 @@ HEADERLESS_REFUSALS = [
     (
         ("0", "-2"),
         HEADERLESS,
-        "{path}:1: text_column=0 and label_column=-2 are the same column of 2; give the text and the label "
-        "different columns",
+        "{path}:1: text_column=0 and label_column=-2 are the same column of 2; give them different columns",
     ),
     (
         ("text", "label"),

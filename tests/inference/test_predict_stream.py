@@ -78,9 +78,9 @@ def test_a_large_file_is_predicted_in_chunks_not_at_once(
     seen: list[int] = []
     annotate = predictor.annotate
 
-    def spy(chunk: list[tuple[str, dict[str, object]]]) -> list[dict[str, object]]:
+    def spy(chunk: list[tuple[str, dict[str, object]]], pair: str | None = None) -> list[dict[str, object]]:
         seen.append(len(chunk))
-        return annotate(chunk)
+        return annotate(chunk, pair)
 
     monkeypatch.setattr(predictor, "annotate", spy)
     records, total = prediction_inputs([], str(source))

@@ -52,7 +52,10 @@ def test_health_info_and_openapi(client: TestClient, sentiment_run: Path) -> Non
     assert client.get("/health").json() == {"status": "ok"}
     info = client.get("/info").json()
     assert info["task"] == "sentiment" and info["labels"] == ["negative", "positive"]
-    assert info["policy"] == {"task": "sentiment", "max_length": 32, "stride": 8}
+    single = {"multi_label": False, "regression": False, "text_pair_column": None, "thresholds": None}
+    single |= {"round_to": None, "ordinal": False}
+    assert info["policy"] == {"task": "sentiment", "max_length": 32, "stride": 8, **single}
+    assert info["pair_field"] is None
     assert info["model_dir"] == str(sentiment_run.resolve())
     assert set(info["versions"]) == {"bert_tasks", "python", "torch", "transformers", "fastapi", "uvicorn"}
     assert info["limits"]["max_texts"] == MAX_TEXTS and info["batching"]["max_batch"] == 8

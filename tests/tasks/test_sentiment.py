@@ -16,7 +16,8 @@ from bert_tasks.config import Config, load_recipe
 from bert_tasks.data.batching import RowCollator, with_rows
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
-from bert_tasks.tasks.sentiment import METRIC_PATH, SentimentTask
+from bert_tasks.tasks.sentiment import SentimentTask
+from bert_tasks.tasks.sentiment_shapes import METRICS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ID2LABEL = {0: "negative", 1: "positive"}
@@ -197,7 +198,7 @@ def test_metric_module_loads_offline() -> None:
     import evaluate
 
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["HF_EVALUATE_OFFLINE"] == "1"
-    metric = evaluate.load(str(METRIC_PATH), keep_in_memory=True)
+    metric = evaluate.load(str(METRICS / "classification" / "classification.py"), keep_in_memory=True)
     scores = metric.compute(predictions=[0, 1, 1], references=[0, 1, 0])
     assert scores["accuracy"] == pytest.approx(2 / 3)
     assert scores["confusion_matrix"] == [[1, 1], [0, 1]]
