@@ -1,0 +1,346 @@
+"""Text pairs, multi-label and regression through every door, on tiny runs of the bundled shape demos:
+the CLI and the library, evaluate, Label Studio, the server, and vanilla transformers loading what we save.
+
+The models are random and barely trained: the tests check what holds for any weights (formats, thresholds
+tuned and saved, values in the label's units, the same logits in vanilla transformers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+from bert_tasks.cli import main
+from bert_tasks.inference.evaluate import read_labelled_file
+from bert_tasks.inference.predictor import Predictor, SentimentClassifier
+from bert_tasks.model_dir import load_finetuned, read_policy
+from bert_tasks.tasks.sentiment_shapes import tune_thresholds
+from bert_tasks.training import train
+from tests.helpers import cli_error_line, one_thread, tiny_config
+
+DEMO = Path(__file__).resolve().parents[1] / "bert_tasks" / "resources" / "demo"
+REVIEW = "The battery lasts all day but the screen is dim."
+SHAPES = {
+    "pairs": ["text_pair_column=aspect"],
+    "multilabel": [],  # multi_label left unset: the demo's labels are JSON lists
+    "regression": ["regression=true", "ordinal=true"],
+}
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One tiny run per shape on 96 rows of its demo (a couple of seconds each)."""
+    found = {}
+    with one_thread():
+        for shape, overrides in SHAPES.items():
+            settings = dict(item.split("=") for item in overrides)
+            cfg = tiny_config(
+                "sentiment",
+                tiny_model,
+                tmp_path_factory.mktemp(shape) / "run",
+                train_file=DEMO / shape / "train.jsonl",
+                validation_file=DEMO / shape / "validation.jsonl",
+                max_train_samples=96,
+                **settings,
+            )
+            found[shape] = train(cfg)
+    return found
+
+
+def predict_json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
+    capsys.readouterr()
+    assert main(["predict", "sentiment", *argv, "--json"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_each_run_saves_its_shape_in_config_json(runs: dict[str, Path]) -> None:
+    configs = {shape: json.loads((run / "config.json").read_text()) for shape, run in runs.items()}
+    assert configs["pairs"]["bert_tasks"]["text_pair_column"] == "aspect"
+    multi = configs["multilabel"]
+    assert (
+        multi["problem_type"] == "multi_label_classification" and multi["bert_tasks"]["multi_label"] is True
+    )
+    assert sorted(multi["id2label"].values()) == ["anger", "fear", "joy", "sadness", "surprise"]
+    assert len(multi["bert_tasks"]["thresholds"]) == 5 and all(
+        0 < t < 1 for t in multi["bert_tasks"]["thresholds"]
+    )
+    regression = configs["regression"]
+    assert regression["problem_type"] == "regression" and regression["id2label"] == {"0": "value"}
+    assert regression["bert_tasks"]["round_to"] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    recipe = (runs["multilabel"] / "recipe.yaml").read_text()
+    assert "multi_label: null" in recipe  # the recipe as given: a rerun settles it from the data again
+
+
+def test_a_pair_model_predicts_pairs_through_the_cli_and_the_library(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = runs["pairs"]
+    [screen] = predict_json(capsys, "--model", str(run), REVIEW, "--pair", "screen")
+    assert list(screen) == ["text", "aspect", "label", "score", "scores"]
+    assert (screen["text"], screen["aspect"]) == (REVIEW, "screen")
+    classify = SentimentClassifier(run)  # the CLI's settings, so the numbers are the same
+    [battery, again] = classify([(REVIEW, "battery"), (REVIEW, "screen")])
+    assert again["scores"] == pytest.approx(screen["scores"], abs=1e-5)
+    assert battery["scores"] != pytest.approx(again["scores"], abs=1e-7)  # the aspect is read
+    assert classify((REVIEW, "screen"))[0]["label"] == again["label"]  # one tuple alone is one pair
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"text": REVIEW, "aspect": "battery"}) + "\n")
+    [record] = predict_json(capsys, "--model", str(run), "--file", str(inputs))
+    assert record["aspect"] == "battery" and record["scores"] == pytest.approx(battery["scores"], abs=1e-5)
+    plain = tmp_path / "in.txt"
+    plain.write_text(f"{REVIEW}\n")
+    [line] = predict_json(capsys, "--model", str(run), "--file", str(plain), "--pair", "battery")
+    assert line["scores"] == pytest.approx(battery["scores"], abs=1e-5)
+
+
+def test_pair_mistakes_are_one_line(
+    runs: dict[str, Path], sentiment_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = str(runs["pairs"])
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"text": REVIEW}) + "\n")
+    assert cli_error_line(["predict", "sentiment", "--model", run, "--file", str(inputs)], capsys) == (
+        f"bert-tasks: error: {inputs}:1: no 'aspect' for the text; the model reads (text, aspect) pairs, so "
+        "give every record a 'aspect' string field (or --pair for texts without one)"
+    )
+    assert cli_error_line(["predict", "sentiment", "--model", run, REVIEW, "--pair", " "], capsys).endswith(
+        "text 1: the 'aspect' is empty; give it as a string of some words"
+    )
+    line = cli_error_line(
+        ["predict", "sentiment", "--model", str(sentiment_run), REVIEW, "--pair", "x"], capsys
+    )
+    assert line.endswith("reads one text per input, not text pairs; drop --pair")
+    with pytest.raises(Exception, match="text 1 is not a pair: the model reads"):
+        SentimentClassifier(run)([REVIEW])
+
+
+def test_multi_label_predictions_are_every_label_over_its_threshold(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = runs["multilabel"]
+    policy = read_policy(run)
+    labels = [name for _, name in sorted(json.loads((run / "config.json").read_text())["id2label"].items())]
+    thresholds = dict(zip(labels, policy.task_options["thresholds"], strict=True))
+    texts = ["I was furious and scared.", "What a lovely surprise.", "I took the bus."]
+    records = predict_json(capsys, "--model", str(run), *texts)
+    for record in records:
+        assert list(record) == ["text", "labels", "scores"]
+        assert set(record["scores"]) == set(labels)
+        passing = {label for label, p in record["scores"].items() if p >= thresholds[label]}
+        assert {item["label"] for item in record["labels"]} == passing
+        shown = [item["score"] for item in record["labels"]]
+        assert shown == sorted(shown, reverse=True)
+    assert SentimentClassifier(run)(texts)[0]["scores"] == pytest.approx(records[0]["scores"], abs=1e-5)
+    assert main(["predict", "sentiment", "--model", str(run), *texts]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["labels", "scores", "text"] and table[1].endswith(texts[0])
+
+
+def test_thresholds_are_the_validation_splits_best_and_the_validation_scores_use_them(
+    runs: dict[str, Path],
+) -> None:
+    run = runs["multilabel"]
+    raw, policy = read_labelled_file(run, str(DEMO / "multilabel" / "validation.jsonl"))
+    predictor = Predictor(run, mixed_precision="no")
+    encoded, logits = predictor.window_logits(raw)
+    from bert_tasks.tasks.sentiment import _example_logits
+
+    example = _example_logits(encoded, logits, len(raw))
+    labels = [predictor.id2label[i] for i in sorted(predictor.id2label)]
+    gold = np.array([[label in names for label in labels] for names in raw["label"]])
+    assert policy.task_options["thresholds"] == pytest.approx(
+        tune_thresholds(1 / (1 + np.exp(-example)), gold), abs=1e-4
+    )
+    saved = json.loads((run / "metrics.json").read_text())["validation"]
+    scores = predictor.evaluate(raw)
+    assert scores["macro_f1"] == pytest.approx(saved["macro_f1"], abs=1e-3)
+    assert saved["thresholds"] == pytest.approx(
+        dict(zip(labels, policy.task_options["thresholds"], strict=True))
+    )
+
+
+def test_regression_predicts_values_in_the_labels_units_and_their_rounding(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = runs["regression"]
+    records = predict_json(capsys, "--model", str(run), "Awful kettle.", "Superb kettle!")
+    for record in records:
+        assert list(record) == ["text", "value", "rounded"]
+        assert record["rounded"] in (1, 2, 3, 4, 5)
+        assert abs(record["value"] - record["rounded"]) <= 0.5 or record["rounded"] in (1, 5)
+    # tiny random weights barely move from the mean, which is the training labels' (3.0 on the demo's)
+    assert records[0]["value"] == pytest.approx(3.0, abs=0.5)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_saved_dirs_give_the_same_logits_in_vanilla_transformers(runs: dict[str, Path], shape: str) -> None:
+    run = runs[shape]
+    loaded = load_finetuned(run)
+    vanilla = AutoModelForSequenceClassification.from_pretrained(run).eval()
+    tokenizer = AutoTokenizer.from_pretrained(run)
+    texts = ["I was furious and scared.", REVIEW]
+    batch = tokenizer(
+        texts, ["screen", "battery"] if shape == "pairs" else None, padding=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(
+            vanilla(**batch).logits, loaded.model(**batch).logits, atol=1e-5, rtol=1e-4
+        )
+    assert vanilla.config.problem_type == loaded.task.problem_type or shape == "pairs"
+
+
+def test_vanilla_pipelines_read_the_heads_as_bert_tasks_does(runs: dict[str, Path]) -> None:
+    """Multi-label: top_k=None gives each label's sigmoid probability (no thresholds: transformers has
+    none); regression: the pipeline's score is the value in the label's units (the scaling is in the head);
+    pairs: a {"text", "text_pair"} input is the same pair."""
+    text = "I was furious and scared."
+    [multi] = pipeline("text-classification", model=str(runs["multilabel"]), top_k=None)([text])
+    ours = SentimentClassifier(runs["multilabel"], mixed_precision="no")(text)[0]["scores"]
+    assert {item["label"]: item["score"] for item in multi} == pytest.approx(ours, abs=1e-5)
+    [rating] = pipeline("text-classification", model=str(runs["regression"]))("Awful kettle.")
+    value = SentimentClassifier(runs["regression"], mixed_precision="no")("Awful kettle.")[0]["value"]
+    assert rating["label"] == "value" and rating["score"] == pytest.approx(value, abs=1e-5)
+    pair = pipeline("text-classification", model=str(runs["pairs"]), top_k=None)(
+        {"text": REVIEW, "text_pair": "screen"}
+    )
+    ours = SentimentClassifier(runs["pairs"], mixed_precision="no")((REVIEW, "screen"))[0]["scores"]
+    assert {item["label"]: item["score"] for item in pair} == pytest.approx(ours, abs=1e-5)
+
+
+def test_evaluate_reports_each_shapes_scores(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for shape, first_line in (
+        ("multilabel", "micro-F1 "),
+        ("regression", "MAE "),
+        ("pairs", "accuracy "),
+    ):
+        out = tmp_path / shape
+        argv = [
+            "evaluate",
+            "sentiment",
+            "--model",
+            str(runs[shape]),
+            "--data",
+            str(DEMO / shape / "validation.jsonl"),
+        ]
+        capsys.readouterr()
+        assert main([*argv, "--out", str(out)]) == 0
+        assert capsys.readouterr().out.startswith(first_line)
+        pngs = sorted(path.name for path in out.glob("*.png"))
+        assert (
+            pngs
+            == {"multilabel": ["label_scores.png"], "regression": [], "pairs": ["confusion_matrix.png"]}[
+                shape
+            ]
+        )
+    metrics = json.loads((tmp_path / "regression" / "metrics.json").read_text())
+    assert set(metrics) == {"mae", "rmse", "pearson", "spearman", "count", "rounded_accuracy", "round_to"}
+    argv = [
+        "evaluate",
+        "sentiment",
+        "--model",
+        str(runs["multilabel"]),
+        "--data",
+        str(DEMO / "multilabel" / "validation.jsonl"),
+    ]
+    assert main([*argv, "--out", str(tmp_path / "half"), "thresholds=[0.5]", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["thresholds"].values()) == {0.5}
+    line = cli_error_line([*argv, "--out", str(tmp_path / "x"), "multi_label=false"], capsys)
+    assert "multi_label= on the command line: the model was trained with its saved multi_label" in line
+    line = cli_error_line([*argv, "--out", str(tmp_path / "y"), "round_to=[1,2]"], capsys)
+    assert "round_to= on the command line is not an evaluate setting" in line  # a multi-label model has none
+
+
+def test_label_studio_tasks_of_each_shape(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    def tasks(shape: str, *argv: str) -> list[dict[str, object]]:
+        capsys.readouterr()
+        assert (
+            main(["predict", "sentiment", "--model", str(runs[shape]), *argv, "--format", "label-studio"])
+            == 0
+        )
+        return json.loads(capsys.readouterr().out)
+
+    [pair] = tasks("pairs", REVIEW, "--pair", "screen")
+    assert pair["data"] == {"text": REVIEW, "aspect": "screen"}
+    [rating] = tasks("regression", "Awful kettle.")
+    [result] = rating["predictions"][0]["result"]
+    assert (
+        result["type"] == "number"
+        and result["from_name"] == "value"
+        and "score" not in rating["predictions"][0]
+    )
+    for task in tasks("multilabel", "I was furious and scared.", "I took the bus."):
+        for result in task["predictions"][0]["result"]:
+            assert result["type"] == "choices" and result["value"]["choices"]
+
+
+def test_shape_settings_that_cannot_work_are_one_line_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["finetune", "sentiment", f"output_dir={tmp_path / 'out'}", "report_to=none"]
+    multi = [
+        f"train_file={DEMO / 'multilabel' / 'train.jsonl'}",
+        "label_column=labels",
+        "validation_file=none",
+    ]
+    assert cli_error_line([*base, *multi, "class_weights=auto"], capsys) == (
+        f"bert-tasks: error: class_weights: {DEMO / 'multilabel' / 'train.jsonl'} holds label sets "
+        "(multi-label), which have no class to weigh against the others; drop class_weights (each label's "
+        "threshold is tuned on validation instead)"
+    )
+    assert cli_error_line([*base, *multi, "metric_for_best=spearman"], capsys).endswith(
+        "metric_for_best=spearman is not a score of a multi-label model; choose one of macro_f1, micro_f1, "
+        "subset_accuracy"
+    )
+    assert cli_error_line([*base, *multi, "thresholds=[0.5,0.4]"], capsys).endswith(
+        "thresholds has 2 value(s) but the model has 5 labels (anger, fear, joy, sadness, surprise); give "
+        "one per label in this order, one for all, or none to tune them"
+    )
+    assert cli_error_line([*base, "regression=true", "class_weights=auto"], capsys).startswith(
+        "bert-tasks: error: bad config: class_weights='auto', a multi-label or regression model has no class"
+    )
+    assert "rounds regression values; set regression=true" in cli_error_line(
+        [*base, "round_to=[1,2]"], capsys
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_validation_split_carves_a_plain_sample_for_multi_label(tiny_model: Path, tmp_path: Path) -> None:
+    from bert_tasks.config import load_recipe
+    from bert_tasks.data.splits import read_splits
+    from bert_tasks.tasks import get_task
+
+    cfg = load_recipe(
+        None,
+        [f"train_file={DEMO / 'multilabel' / 'train.jsonl'}", "validation_split=0.1"],
+        task="sentiment",
+    )
+    splits = read_splits(get_task(cfg), cfg)
+    assert (len(splits["train"]), len(splits["validation"])) == (360, 40)
+
+
+def test_a_pair_server_takes_pairs_and_records_with_the_pair_field(runs: dict[str, Path]) -> None:
+    from fastapi.testclient import TestClient
+
+    from bert_tasks.inference.serve_settings import ServeSettings
+    from bert_tasks.inference.server import create_app
+
+    with TestClient(create_app(ServeSettings(str(runs["pairs"]), "sentiment", max_batch=8))) as client:
+        assert client.get("/info").json()["pair_field"] == "aspect"
+        [pair] = client.post("/predict", json={"texts": [[REVIEW, "screen"]]}).json()["records"]
+        [record] = client.post(
+            "/predict", json={"records": [{"id": 1, "text": REVIEW, "aspect": "screen"}]}
+        ).json()["records"]
+        assert record["id"] == 1 and record["scores"] == pytest.approx(pair["scores"])
+        lone = client.post("/predict", json={"texts": [REVIEW]})
+        assert lone.status_code == 422 and "texts.0: Input should be a valid tuple" in lone.json()["detail"]
+        missing = client.post("/predict", json={"records": [{"text": REVIEW}]})
+        assert missing.status_code == 422 and missing.json()["detail"].startswith("record 1: no 'aspect'")
