@@ -111,3 +111,29 @@ def test_a_mistyped_model_path_is_named_as_a_path_not_a_hub_id(
     assert capsys.readouterr().err.strip() == (
         "bert-tasks: error: model runs/nre: no such directory; pass a saved model dir or a hub id"
     )
+
+
+@pytest.mark.parametrize(
+    ("policy", "argv", "message"),
+    [
+        ({}, ["a text", "--pair", "screen"], "reads one text per input, not text pairs; drop --pair"),
+        ({"text_pair_column": "aspect"}, ["--file", "in.jsonl"], "in.jsonl:1: no 'aspect' for the text"),
+    ],
+)
+def test_pair_mistakes_are_answered_from_the_model_dirs_json(
+    tmp_path: Path, policy: dict[str, object], argv: list[str], message: str
+) -> None:
+    """Whether a model reads text pairs is in config.json: `--pair` for one that does not, and a record
+    without the pair field for one that does, are one line before torch loads."""
+    model = tmp_path / "model"
+    model.mkdir()
+    config = {
+        "architectures": ["BertForSequenceClassification"],
+        "id2label": {"0": "negative", "1": "positive"},
+        "bert_tasks": {"task": "sentiment", "max_length": 32, "stride": 8, **policy},
+    }
+    (model / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (tmp_path / "in.jsonl").write_text('{"text": "The screen is dim."}\n', encoding="utf-8")
+    answer = probe(["predict", "sentiment", "--model", str(model), *argv], tmp_path)
+    assert answer["status"] == 1 and message in str(answer["stderr"]), answer
+    assert answer["loaded"] == [], answer["loaded"]

@@ -163,6 +163,7 @@ class SentimentTask(Task):
             self._choose_shape()
         train = splits.get("train")
         self.option_values |= self.shape.settle(train, cfg)
+        self.metric_names = self.shape.metric_names  # regression's rounding, once `ordinal` knows its range
         if isinstance(self.shape, MultiLabel) and train is not None:
             self.shape.check_thresholds(self.label_names(train, cfg))
         shape = "multi-label" if isinstance(self.shape, MultiLabel) else "this"
