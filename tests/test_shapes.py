@@ -344,3 +344,44 @@ def test_a_pair_server_takes_pairs_and_records_with_the_pair_field(runs: dict[st
         assert lone.status_code == 422 and "texts.0: Input should be a valid tuple" in lone.json()["detail"]
         missing = client.post("/predict", json={"records": [{"text": REVIEW}]})
         assert missing.status_code == 422 and missing.json()["detail"].startswith("record 1: no 'aspect'")
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_python_snippet_of_each_shapes_card_runs(runs: dict[str, Path], shape: str) -> None:
+    """The card's bert-tasks and vanilla snippets, as written: a pair's input as a tuple and as
+    {"text", "text_pair"}, multi-label's pipeline with top_k=None."""
+    import contextlib
+    import io
+    import re
+
+    text = (runs[shape] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert len(blocks) == 2 and "pipeline(" in blocks[1]
+    assert ("top_k=None" in blocks[1]) == (shape == "multilabel")
+    assert ("--pair screen" in text) == (shape == "pairs")
+    for block in blocks:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(block, "README.md", "exec"), {})
+        assert (
+            "'score'" in printed.getvalue()
+            or "'value'" in printed.getvalue()
+            or "'labels'" in printed.getvalue()
+        )
+
+
+def test_pairs_in_memory_and_in_debug_data_are_judged_on_both_texts() -> None:
+    from bert_tasks.config import load_recipe
+    from bert_tasks.data.in_memory import records
+    from bert_tasks.tasks.sentiment import SentimentTask
+
+    task = SentimentTask(text_pair_column="aspect")
+    cfg = load_recipe(None, ["text_pair_column=aspect"], task="sentiment")
+    rows = [
+        {"text": REVIEW, "aspect": aspect, "label": label}
+        for aspect, label in [("screen", "neg"), ("battery", "pos")]
+    ]
+    raw = task.read_memory(records(rows, "train data (in memory)"), "train data (in memory)", cfg)
+    assert raw["text_pair"] == ["screen", "battery"]
+    profile = task.profile_split(raw)
+    assert profile.keys == [f"{REVIEW} [SEP] screen", f"{REVIEW} [SEP] battery"]  # not one text twice
