@@ -166,7 +166,6 @@ class SentimentTask(Task):
         self.metric_names = self.shape.metric_names  # regression's rounding, once `ordinal` knows its range
         if isinstance(self.shape, MultiLabel) and train is not None:
             self.shape.check_thresholds(self.label_names(train, cfg))
-        shape = "multi-label" if isinstance(self.shape, MultiLabel) else "this"
         if cfg.class_weights is not None and isinstance(self.shape, MultiLabel):
             raise BertTasksError(
                 f"class_weights: {sources.get('train', 'the data')} holds label sets (multi-label), which "
@@ -175,8 +174,8 @@ class SentimentTask(Task):
             )
         if cfg.metric_for_best is not None and cfg.metric_for_best not in self.metric_names:
             raise BertTasksError(
-                f"metric_for_best={cfg.metric_for_best} is not a score of a {shape} model; choose one of "
-                f"{', '.join(self.metric_names)}"
+                f"metric_for_best={cfg.metric_for_best} is not a score of a {self.shape.title} model; "
+                f"choose one of {', '.join(self.metric_names)}"
             )
         return splits
 

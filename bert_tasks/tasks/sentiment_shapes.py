@@ -61,6 +61,8 @@ class LabelShape(ABC):
     """What differs between the label shapes: the defaults every shape shares, then `SingleLabel`'s
     classification methods, which `MultiLabel` and `Regression` replace with their own."""
 
+    #: What messages call a model of this shape.
+    title: ClassVar[str] = "single-label"
     #: How the readers read a label (`data/label_values.py`).
     kind: ClassVar[str] = "class"
     #: transformers' problem_type of the head (None: inferred from the labels, cross-entropy).
@@ -246,6 +248,7 @@ class SingleLabel(LabelShape):
 class MultiLabel(LabelShape):
     """A set of classes per text; a threshold per label decides which are predicted."""
 
+    title = "multi-label"
     kind = "set"
     problem_type = "multi_label_classification"
     default_metric = "macro_f1"
@@ -382,6 +385,7 @@ class MultiLabel(LabelShape):
 class Regression(LabelShape):
     """A number per text: one output, trained on standardised targets, saved in the label's units."""
 
+    title = "regression"
     kind = "number"
     problem_type = "regression"
     stratify_by = None  # a plain seeded sample
