@@ -12,6 +12,7 @@ overlapping windows that all carry the sentence's label.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
     from bert_tasks.model_dir import ModelPolicy
+
+logger = logging.getLogger(__name__)
 
 _DEMO = Path(__file__).resolve().parent.parent / "resources" / "demo" / "sentiment"
 #: What separates a pair's two texts where one string stands for both (`debug data`'s duplicates).
@@ -164,9 +167,8 @@ class SentimentTask(Task):
         train = splits.get("train")
         self.option_values |= self.shape.settle(train, cfg)
         self.metric_names = self.shape.metric_names  # regression's rounding, once `ordinal` knows its range
-        if isinstance(self.shape, MultiLabel) and train is not None:
-            self.shape.check_thresholds(self.label_names(train, cfg))
-        if cfg.class_weights is not None and isinstance(self.shape, MultiLabel):
+        multi = isinstance(self.shape, MultiLabel)
+        if cfg.class_weights is not None and multi:
             raise BertTasksError(
                 f"class_weights: {sources.get('train', 'the data')} holds label sets (multi-label), which "
                 "have no class to weigh against the others; drop class_weights (each label's threshold is "
@@ -177,6 +179,14 @@ class SentimentTask(Task):
                 f"metric_for_best={cfg.metric_for_best} is not a score of a {self.shape.title} model; "
                 f"choose one of {', '.join(self.metric_names)}"
             )
+        if multi and train is not None:
+            self.shape.check_thresholds(self.label_names(train, cfg))
+            if self.calibrates and "validation" not in splits and cfg.validation_split is None:
+                logger.warning(
+                    "%s: multi-label without a validation split: every label's threshold stays 0.5 (give a "
+                    "validation_file or validation_split to tune them, or thresholds=[...])",
+                    sources["train"],
+                )
         return splits
 
     def check_learnable(self, train: Dataset, source: str, cfg: Config) -> None:
