@@ -37,6 +37,7 @@ def test_policy_of_a_run_round_trips(ner_run: Path) -> None:
 
 
 @pytest.mark.parametrize("task", ["sentiment", "ner"])
+@pytest.mark.slow
 def test_a_dir_saved_by_the_previous_version_predicts_the_same(
     task: str, sentiment_run: Path, ner_run: Path, tmp_path: Path
 ) -> None:

@@ -88,6 +88,7 @@ def test_records_keep_their_id_and_every_other_field(client: TestClient, predict
         assert got["label"] == plain["label"]
 
 
+@pytest.mark.slow
 def test_a_ner_server_answers_entities(ner_run: Path) -> None:
     text = "Cisplatin nephrotoxicity was seen ."
     with TestClient(create_app(ServeSettings(str(ner_run), "ner"))) as ner_client:
@@ -109,6 +110,7 @@ def test_each_client_mistake_gets_its_status_and_one_line(
     assert detail.startswith(message) and "\n" not in detail, detail
 
 
+@pytest.mark.slow
 def test_a_model_dir_of_the_other_task_is_one_line(ner_run: Path) -> None:
     with pytest.raises(BertTasksError, match="holds a ner model, not a sentiment model"):
         create_app(ServeSettings(str(ner_run), "sentiment"))
@@ -174,6 +176,7 @@ def request_bodies() -> st.SearchStrategy[bytes]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(body=request_bodies())
+@pytest.mark.slow
 def test_no_request_body_gets_a_500(client: TestClient, body: bytes) -> None:
     answer = post(client, body)
     assert answer.status_code in (200, 400, 413, 422), (answer.status_code, answer.text)

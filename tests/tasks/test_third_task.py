@@ -129,6 +129,7 @@ def write_questions(path: Path, count: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_task_registered_outside_the_package_trains_evaluates_and_predicts(
     question_task: type[Task], tiny_model: Path, tmp_path: Path
 ) -> None:
