@@ -50,8 +50,8 @@ def corpus() -> list[str]:
 def roberta_tokenizer() -> PreTrainedTokenizerBase:
     bpe = ByteLevelBPETokenizer()
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    bpe.train_from_iterator(corpus(), vocab_size=600, min_frequency=1, special_tokens=specials, show_progress=False)
-    model = json.loads(bpe._tokenizer.to_str())["model"]
+    bpe.train_from_iterator(corpus(), vocab_size=600, special_tokens=specials, show_progress=False)
+    model = json.loads(bpe.to_str())["model"]
     return RobertaTokenizer(vocab=model["vocab"], merges=[tuple(pair) for pair in model["merges"]])
 
 
@@ -61,7 +61,7 @@ def deberta_tokenizer() -> PreTrainedTokenizerBase:
     unigram.train_from_iterator(
         corpus(), vocab_size=500, special_tokens=specials, unk_token="[UNK]", show_progress=False
     )
-    model = json.loads(unigram._tokenizer.to_str())["model"]
+    model = json.loads(unigram.to_str())["model"]
     return DebertaV2Tokenizer(vocab=[tuple(piece) for piece in model["vocab"]], unk_id=model["unk_id"])
 
 
@@ -101,8 +101,9 @@ def distilbert_config(tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
     )
 
 
+Family = tuple[Callable[[], PreTrainedTokenizerBase], Callable[..., PretrainedConfig], str, str]
 #: family -> (tokenizer, config from tokenizer, the encoder class, transformers' attention implementation).
-FAMILIES: dict[str, tuple[Callable[[], PreTrainedTokenizerBase], Callable[..., PretrainedConfig], str, str]] = {
+FAMILIES: dict[str, Family] = {
     "roberta": (roberta_tokenizer, roberta_config, "RobertaModel", "sdpa"),
     "deberta-v2": (deberta_tokenizer, deberta_config, "DebertaV2Model", "eager"),
     "distilbert": (distilbert_tokenizer, distilbert_config, "DistilBertModel", "sdpa"),

@@ -190,28 +190,32 @@ def _trace(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Pat
     names = [name for name in GRAPH_INPUTS if name in inspect.signature(model.forward).parameters]
 
     class Logits(torch.nn.Module):
-        """The head's forward on the graph's named inputs, returning the logits tensor alone."""
+        """The head's forward with the graph's named inputs, returning the logits tensor alone."""
 
         def __init__(self, head: PreTrainedModel) -> None:
             super().__init__()
             self.head = head
 
-        def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-            return self.head(**inputs).logits
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            token_type_ids: torch.Tensor | None = None,
+        ) -> torch.Tensor:
+            types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return self.head(input_ids=input_ids, attention_mask=attention_mask, **types).logits
 
     # Two rows of different lengths, so no axis specialises to a size or to a mask without padding.
     sample = tokenizer(["A sample text.", "A longer sample text, in two parts; the graph traces it."])
     padded = tokenizer.pad(sample, return_tensors="pt")
-    inputs = {
-        name: padded[name] if name in padded else torch.zeros_like(padded["input_ids"]) for name in names
-    }
-    axes = {"inputs": {name: {0: "batch", 1: "tokens"} for name in names}}
+    inputs = [padded[name] if name in padded else torch.zeros_like(padded["input_ids"]) for name in names]
+    axes = {name: {0: "batch", 1: "tokens"} for name in names}
     chatter = io.StringIO()  # torch.onnx prints its steps; the log says what matters
     try:
         with _silenced(), contextlib.redirect_stdout(chatter), torch.inference_mode(False):
             torch.onnx.export(
                 Logits(model.eval()),
-                (inputs,),
+                tuple(inputs),
                 str(path),
                 input_names=names,
                 output_names=[GRAPH_OUTPUT],

@@ -108,7 +108,7 @@ def attention_memory(
             "pass --batch and --seq-len of 1 or more"
         )
     config = load_config(model)
-    require_fused(config, "memory", model, "measure a BERT model (the comparison is fused against eager BERT)")
+    require_fused(config, "memory", model, "measure a BERT model (it compares fused with eager BERT)")
     positions = config.max_position_embeddings
     if seq_len > positions:
         raise BertTasksError(

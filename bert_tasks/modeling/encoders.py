@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def check_encoder(config: PretrainedConfig, name: str | Path) -> None:
-    """Refuse a model that is no BERT-family encoder: a decoder (GPT-2, Llama) or an encoder-decoder (T5, BART).
+    """Refuse a model that is no BERT-family encoder: a decoder (GPT-2, Llama), an encoder-decoder (T5).
 
     An encoder is what transformers gives a masked-language-model head and no decoder: every family the
     toolkit's windows, [CLS]-style sentence heads and word-level tagging were built for. Decoders also load
