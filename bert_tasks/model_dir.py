@@ -140,7 +140,7 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
 
 @dataclass
 class FinetunedModel:
-    """A loaded model dir: the patched model in eval mode, its tokenizer, task, policy and labels."""
+    """A loaded model dir: the model in eval mode (BERT patched), its tokenizer, task, policy and labels."""
 
     directory: Path
     model: PreTrainedModel
@@ -153,7 +153,7 @@ class FinetunedModel:
 def load_finetuned(
     model_dir: str | Path, expected_task: str | None = None, *, allow_pickle: bool = False
 ) -> FinetunedModel:
-    """Open a fine-tuned model dir for prediction, evaluation or export: checked, loaded, patched.
+    """Open a fine-tuned model dir for prediction, evaluation or export: checked, loaded (BERT patched).
 
     The weights are loaded as saved (a policy's `quantize` is applied by the consumer that runs them).
 

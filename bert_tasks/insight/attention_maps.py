@@ -74,7 +74,8 @@ def attention_maps(
             f"model {model}: has pruned heads; attention maps need every head of every layer"
         )
     text_pieces = len(tokenizer(text, verbose=False)["input_ids"])
-    limit = encoder.config.max_position_embeddings
+    # RoBERTa-style position ids start after the padding index: its tokenizer knows the real limit.
+    limit = min(encoder.config.max_position_embeddings, tokenizer.model_max_length)
     if text_pieces > limit and (max_pieces is None or max_pieces > limit):
         raise BertTasksError(f"the text is {text_pieces} word pieces; model {model} reads at most {limit}")
     cap = {} if max_pieces is None else {"truncation": True, "max_length": max_pieces}
