@@ -220,7 +220,8 @@ def onnx_export_card(
         "```",
         "",
         "Vanilla transformers cannot load this dir (it has no model.safetensors); onnxruntime alone runs "
-        "`model.onnx` on `input_ids`, `attention_mask` and `token_type_ids` (int64, [batch, tokens]) and "
+        "`model.onnx` on `input_ids`, `attention_mask` and, where the model takes them, `token_type_ids` "
+        "(int64, [batch, tokens]; `session.get_inputs()` names them) and "
         "returns `logits`, one window at a time without the task's merging of long inputs.",
     ]
     tags = ["onnx", *(["quantized", policy.quantize] if policy.quantize else [])]

@@ -37,6 +37,10 @@ QUANTIZE_METHODS = ("int8",)
 #: What runs a model dir's weights: transformers' BERT on torch (model.safetensors), or onnxruntime
 #: (model.onnx, written by `bert-tasks export --format onnx`). The first is the default.
 BACKENDS = ("torch", "onnx")
+#: Where transformers' classification heads keep their output layer: `classifier` (BERT, DistilBERT,
+#: DeBERTa, ModernBERT, every token head) or `classifier.out_proj` (RoBERTa-style sentence heads: RoBERTa,
+#: XLM-R, ELECTRA).
+_CLASSIFIER_OUTPUTS = ("classifier.weight", "classifier.out_proj.weight")
 #: The overlap prediction used for dirs without a policy.
 _DEFAULT_STRIDE = 32
 _CONFIG_TYPES = typing.get_type_hints(Config)
@@ -136,7 +140,7 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
 
 @dataclass
 class FinetunedModel:
-    """A loaded model dir: the patched model in eval mode, its tokenizer, task, policy and labels."""
+    """A loaded model dir: the model in eval mode (BERT patched), its tokenizer, task, policy and labels."""
 
     directory: Path
     model: PreTrainedModel
@@ -149,7 +153,7 @@ class FinetunedModel:
 def load_finetuned(
     model_dir: str | Path, expected_task: str | None = None, *, allow_pickle: bool = False
 ) -> FinetunedModel:
-    """Open a fine-tuned model dir for prediction, evaluation or export: checked, loaded, patched.
+    """Open a fine-tuned model dir for prediction, evaluation or export: checked, loaded (BERT patched).
 
     The weights are loaded as saved (a policy's `quantize` is applied by the consumer that runs them).
 
@@ -170,11 +174,11 @@ def load_finetuned(
     labels = label_names(path)
     _check_labels(path, labels)
     _check_weights_match_labels(path, len(labels))
-    tokenizer = load_tokenizer(path)
+    task = task_class(policy.task)(**policy.task_options)
+    tokenizer = load_tokenizer(path, **task.tokenizer_options)
     # complete: every weight of the head must be in the file, so no part of it runs on random values.
     model = load_model(path, policy.task, allow_pickle=allow_pickle, complete=True).eval()
     check_tokenizer_fits(tokenizer, model, path)
-    task = task_class(policy.task)(**policy.task_options)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     return FinetunedModel(path, model, tokenizer, task, policy, id2label)
 
@@ -341,7 +345,8 @@ def _check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
     try:
         with safe_open(weights, "pt") as file:
             names = set(file.keys())
-            head = file.get_slice("classifier.weight").get_shape() if "classifier.weight" in names else None
+            output = next((name for name in _CLASSIFIER_OUTPUTS if name in names), None)
+            head = file.get_slice(output).get_shape() if output is not None else None
     except SafetensorError as error:
         raise BertTasksError(
             f"model dir {model_dir}: model.safetensors is damaged ({error}); the dir is half-written, "

@@ -173,11 +173,11 @@ def negative_lr(p: Place) -> Case:
     return finetune(p, "sentiment", "bad config: lr=-0.0001, must be > 0", lr=-1e-4)
 
 
-def base_model_not_bert(p: Place) -> Case:
-    folder = p.tmp / "roberta"
+def base_model_not_an_encoder(p: Place) -> Case:
+    folder = p.tmp / "gpt2"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "roberta"}))
-    expected = f"model {folder}: model_type is 'roberta', not 'bert'"
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    expected = f"model {folder}: model_type 'gpt2' is not a BERT-family encoder"
     return finetune(p, "sentiment", expected, model=folder)
 
 
@@ -264,7 +264,7 @@ CASES: dict[str, Callable[[Place], Case]] = {
         recipe_wrong_type,
         batch_size_zero,
         negative_lr,
-        base_model_not_bert,
+        base_model_not_an_encoder,
         base_model_half_written,
         predict_empty_text,
         predict_whitespace_text,

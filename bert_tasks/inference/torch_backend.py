@@ -1,4 +1,4 @@
-"""Run a model dir's weights with transformers' BERT on torch: the backend of every fine-tuned dir."""
+"""Run a model dir's weights with transformers' encoder on torch: the backend of every fine-tuned dir."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class TorchBackend:
-    """A loaded (patched) model on the best device: CUDA when there is one, CPU for int8 Linear layers."""
+    """A loaded model on the best device: CUDA when there is one, CPU for int8 Linear layers."""
 
     #: What the task's collator is asked for.
     tensors = "pt"

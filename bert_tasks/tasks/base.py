@@ -10,7 +10,6 @@ because the CLI imports the registry to parse and validate a command before any 
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
     from datasets import Dataset
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
@@ -77,9 +76,12 @@ class Task(ABC):
     """
 
     name: ClassVar[str]
-    #: The transformers head class (by name, so importing a task imports no transformers) that
-    #: `load_model` builds; a saved model's `architectures` maps back to its task through it.
+    #: The transformers Auto class of the head, by name (importing a task imports no transformers):
+    #: `load_model` builds the class it maps the model's config to (BertFor..., RobertaFor..., ...), and a
+    #: saved model's `architectures` maps back to its task through it (`saves_as`).
     head: ClassVar[str]
+    #: Keyword arguments for the tokenizer this task encodes with (NER: words are given pre-split).
+    tokenizer_options: ClassVar[dict[str, Any]] = {}
     #: Config values this task starts from (over the dataclass defaults, under recipe and overrides).
     config_defaults: ClassVar[dict[str, Any]] = {}
     #: Config keys that change how this task encodes or decodes; saved with the model (policy) so
@@ -106,9 +108,13 @@ class Task(ABC):
         return cls(**{key: getattr(cfg, key) for key in cls.options})
 
     @classmethod
-    def head_class(cls) -> type[PreTrainedModel]:
-        """The transformers head this task trains, imported on first use."""
-        return getattr(importlib.import_module("transformers"), cls.head)
+    def saves_as(cls, architecture: str | None) -> bool:
+        """Whether a saved model's `architectures[0]` is this task's head, in any family.
+
+        transformers names every head after its Auto class: `AutoModelForTokenClassification` builds
+        `BertForTokenClassification`, `RobertaForTokenClassification`, ... (read without importing it).
+        """
+        return architecture is not None and architecture.endswith(cls.head.removeprefix("AutoModel"))
 
     # Reading: one split at a time; `data/splits.py` decides which split comes from where.
 

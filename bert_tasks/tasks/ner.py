@@ -93,7 +93,9 @@ def first_pieces(encoding: BatchEncoding) -> list[list[bool]]:
     """Per window and token: is it its word's first sub-token (not a continuation piece)?
 
     Offsets are relative to the word (`is_split_into_words`), so the first piece has the smallest start
-    of the word's pieces across all windows; this also flags a window that starts inside a word.
+    of the word's pieces across all windows; this also flags a window that starts inside a word. Only the
+    first token of a window at that start counts: SentencePiece and byte-level tokenizers (DeBERTa, XLM-R,
+    RoBERTa) may split a word into a lone space marker (`▁`, `Ġ`) and its text, both starting at 0.
     """
     samples = encoding["overflow_to_sample_mapping"]
     word_start: dict[tuple[int, int], int] = {}
@@ -101,13 +103,17 @@ def first_pieces(encoding: BatchEncoding) -> list[list[bool]]:
         for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True):
             if word is not None:
                 word_start[sample, word] = min(start, word_start.get((sample, word), start))
-    return [
-        [
-            word is not None and start == word_start[sample, word]
-            for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True)
-        ]
-        for i, sample in enumerate(samples)
-    ]
+    flags = []
+    for i, sample in enumerate(samples):
+        seen: set[int] = set()
+        window = []
+        for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True):
+            first = word is not None and word not in seen and start == word_start[sample, word]
+            if first:
+                seen.add(word)
+            window.append(first)
+        flags.append(window)
+    return flags
 
 
 def merge_windows(
@@ -205,7 +211,7 @@ class NerTask(Task):
     """Token classification with BIO tags (BC5CDR-style Disease/Chemical, CoNLL-2003, NCBI-disease)."""
 
     name = "ner"
-    head = "BertForTokenClassification"
+    head = "AutoModelForTokenClassification"
     config_defaults: ClassVar[dict[str, Any]] = {
         "lr": 1e-4,
         "max_length": 256,
@@ -214,6 +220,11 @@ class NerTask(Task):
         "validation_file": str(_DEMO / "validation.conll"),
     }
     options = ("label_all_subtokens", "viterbi")
+    #: Words are encoded pre-split (`is_split_into_words`): byte-level BPE tokenizers (RoBERTa, GPT-2's)
+    #: must then encode each word as running text does, after a space ("Ġword"), not as a text's first
+    #: word. Saved with the tokenizer, so prediction and vanilla pipelines encode words the same way;
+    #: WordPiece and SentencePiece tokenizers ignore it (they mark words on their own).
+    tokenizer_options: ClassVar[dict[str, Any]] = {"add_prefix_space": True}
     default_metric = "f1"
     metric_names = ("f1", "precision", "recall", "accuracy", "strict_f1", "strict_precision", "strict_recall")
     file_formats = FILE_FORMATS

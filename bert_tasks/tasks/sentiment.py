@@ -45,7 +45,7 @@ class SentimentTask(Task):
     """One label per text; the label set is the training file's labels (or `cfg.label_names`)."""
 
     name = "sentiment"
-    head = "BertForSequenceClassification"
+    head = "AutoModelForSequenceClassification"
     config_defaults: ClassVar[dict[str, Any]] = {
         "lr": 1e-4,
         "max_length": 128,

@@ -35,7 +35,7 @@ class QuestionTask(Task):
     """One label per sentence from a headerless `label<TAB>text` file; windows averaged per sentence."""
 
     name = "question"
-    head = "BertForSequenceClassification"
+    head = "AutoModelForSequenceClassification"
     config_defaults: ClassVar[dict[str, Any]] = {"max_length": 32, "stride": 8}
     default_metric = "accuracy"
     metric_names = ("accuracy",)
