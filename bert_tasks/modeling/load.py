@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from bert_tasks.config import DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import check_model_name
+from bert_tasks.model_dir import POLICY_KEY, check_model_name, saved_attention
 
 if TYPE_CHECKING:  # the model code loads with the first model: a tokenizer alone (debug data) skips it
     from torch import nn
@@ -114,6 +114,7 @@ def load_model(
     *,
     allow_pickle: bool = False,
     complete: bool = False,
+    attention: str | None = None,
 ) -> PreTrainedModel:
     """Load any BERT checkpoint as the head for `task`, patched with the fused attention.
 
@@ -126,15 +127,21 @@ def load_model(
             when loaded; by default only safetensors load.
         complete: the weights must be exactly those of the head (a fine-tuned model dir); otherwise only
             the encoder must be whole, and a head the checkpoint lacks starts fresh.
+        attention: the attention direction (`ATTENTION_DIRECTIONS`); None: the one the model was trained
+            with (its config.json's policy; bidirectional where there is none).
 
     Raises:
-        BertTasksError: weights that do not load, or that do not fit the model config.json describes.
+        BertTasksError: weights that do not load, or that do not fit the model config.json describes; an
+            attention direction in config.json that no direction names.
     """
-    from bert_tasks.modeling.patch import patch_bert
+    from bert_tasks.modeling.patch import patch_bert, set_attention_direction
 
     head = head_class(task)
     path = resolve_model_path(name_or_path)
     saved = load_config(path)
+    if attention is None:
+        where = Path(path) / "config.json" if Path(path).is_dir() else f"model {name_or_path}"
+        attention = saved_attention(getattr(saved, POLICY_KEY, None), str(where))
     saved_labels = [str(name) for _, name in sorted(saved.id2label.items())]
     config = saved if labels is None else load_config(path, **_label_config(labels))
     if getattr(config, "pruned_heads", None):
@@ -153,7 +160,9 @@ def load_model(
             len(labels),
             _some(labels),
         )
-    return patch_bert(model)
+    patch_bert(model)
+    set_attention_direction(model, attention)
+    return model
 
 
 def _label_config(labels: list[str]) -> dict[str, Any]:
