@@ -39,6 +39,7 @@ def test_a_causal_run_records_its_direction_and_predicts_with_it(
     assert policy["attention"] == "causal"
     assert read_policy(causal_run).attention == "causal"
     assert yaml.safe_load((causal_run / "recipe.yaml").read_text())["attention"] == "causal"
+    assert "vanilla transformers knows no attention direction" in (causal_run / "README.md").read_text()
     assert attention_direction(load_finetuned(causal_run).model) == "causal"
     capsys.readouterr()
     assert main(["predict", "sentiment", "--json", "--model", str(causal_run), *TEXTS]) == 0
