@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from bert_tasks.config import DEFAULT_MODEL_HUB_ID, Config
+from bert_tasks.config import ATTENTION_DIRECTIONS, DEFAULT_MODEL_HUB_ID, Config
 from bert_tasks.data.splits import SPLIT_FILES
 from bert_tasks.model_dir import ModelPolicy, label_names
 from bert_tasks.modeling.load import is_bundled_default
@@ -448,7 +448,17 @@ def _limits_section(cfg: Config, about: TaskCard) -> list[str]:
         "- Expect lower scores on text unlike the training data (another domain, time, language or "
         "annotation guideline); the scores above hold for the splits they name only.",
         *(f"- {limit}" for limit in about.limits),
+        *([_direction_limit(cfg.attention)] if cfg.attention != ATTENTION_DIRECTIONS[0] else []),
     ]
+
+
+def _direction_limit(direction: str) -> str:
+    """A causal or right_to_left model runs so only where something reads its policy."""
+    return (
+        f"- Trained with `attention={direction}`: bert-tasks runs it so (the policy in config.json records "
+        "it); vanilla transformers knows no attention direction and runs it bidirectionally, on inputs "
+        "it never saw so: its predictions there are not the ones scored above."
+    )
 
 
 def _usage_section(

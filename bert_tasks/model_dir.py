@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.config import MAX_POSITIONS, Config
+from bert_tasks.config import ATTENTION_DIRECTIONS, MAX_POSITIONS, Config
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import task_class, task_names, task_of_architecture
 
@@ -67,20 +67,32 @@ class ModelPolicy:
     quantize: str | None = None
     #: What runs the weights (one of `BACKENDS`).
     backend: str = "torch"
+    #: Which keys each token attends to (one of `ATTENTION_DIRECTIONS`): the model was trained so and
+    #: must run so. Vanilla transformers knows nothing of it and runs every dir bidirectionally.
+    attention: str = ATTENTION_DIRECTIONS[0]
 
     @classmethod
     def for_run(cls, cfg: Config) -> ModelPolicy:
         """The policy of a model trained with `cfg`."""
         options = {key: getattr(cfg, key) for key in task_class(cfg.task).options}
-        return cls(task=cfg.task, max_length=cfg.max_length, stride=cfg.stride, task_options=options)
+        return cls(
+            task=cfg.task,
+            max_length=cfg.max_length,
+            stride=cfg.stride,
+            task_options=options,
+            attention=cfg.attention,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The flat JSON object older versions wrote too: task, max_length, stride, options, quantize; the
-        backend only when it is not torch, so torch dirs read in older versions unchanged."""
+        backend and the attention only when they are not the defaults, so torch bidirectional dirs read in
+        older versions unchanged (and an older version refuses a causal dir rather than run it wrongly)."""
         data = {"task": self.task, "max_length": self.max_length, "stride": self.stride, **self.task_options}
         if self.quantize is not None:
             data["quantize"] = self.quantize
-        return data if self.backend == BACKENDS[0] else {**data, "backend": self.backend}
+        if self.backend != BACKENDS[0]:
+            data["backend"] = self.backend
+        return data if self.attention == ATTENTION_DIRECTIONS[0] else {**data, "attention": self.attention}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> ModelPolicy:
@@ -109,7 +121,22 @@ class ModelPolicy:
         unknown = sorted(set(data) - known)
         if unknown:
             raise _bad(where, f"unknown key '{POLICY_KEY}.{unknown[0]}' (written by a newer bert-tasks?)")
-        return cls(name, max_length, stride, options, quantize, backend)
+        return cls(name, max_length, stride, options, quantize, backend, saved_attention(data, where))
+
+
+def saved_attention(policy: Any, where: str) -> str:
+    """The attention direction a config.json's policy (None: it has none) records; bidirectional for dirs
+    without one (older dirs, base models, dirs fine-tuned elsewhere). Needs no torch."""
+    if policy is None:
+        return ATTENTION_DIRECTIONS[0]
+    if not isinstance(policy, dict):
+        raise _bad(where, f"'{POLICY_KEY}' is {type(policy).__name__}, not an object")
+    direction = policy.get("attention", ATTENTION_DIRECTIONS[0])
+    if direction not in ATTENTION_DIRECTIONS:
+        raise _bad(
+            where, f"'{POLICY_KEY}.attention' is {direction!r}, not one of {', '.join(ATTENTION_DIRECTIONS)}"
+        )
+    return direction
 
 
 def read_policy(model_dir: str | Path, expected_task: str | None = None) -> ModelPolicy:
@@ -177,7 +204,9 @@ def load_finetuned(
     task = task_class(policy.task)(**policy.task_options)
     tokenizer = load_tokenizer(path, **task.tokenizer_options)
     # complete: every weight of the head must be in the file, so no part of it runs on random values.
-    model = load_model(path, policy.task, allow_pickle=allow_pickle, complete=True).eval()
+    model = load_model(
+        path, policy.task, allow_pickle=allow_pickle, complete=True, attention=policy.attention
+    ).eval()
     check_tokenizer_fits(tokenizer, model, path)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     return FinetunedModel(path, model, tokenizer, task, policy, id2label)

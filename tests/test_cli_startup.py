@@ -50,6 +50,11 @@ def probe(argv: list[str], cwd: Path) -> dict[str, object]:
         (["finetune", "--help"], 0, ""),
         (["finetune", "sentiment", "learning_rat=3e-5"], 1, "unknown config key 'learning_rat'"),
         (["finetune", "ner", "lr=abc"], 1, "lr='abc' on the command line: expected a number"),
+        (
+            ["finetune", "ner", "attention=sideways"],
+            1,
+            "attention='sideways', must be one of bidirectional, causal, right_to_left",
+        ),
         (["finetune", "sentiment", "--recipe", "missing.yaml"], 1, "recipe not found"),
         (["finetune", "sentiment", "train_file=missing.csv"], 1, "missing.csv: file not found"),
         (["finetune", "sentiment", "train_file=bad.csv"], 1, "bad.csv:1: header has columns"),

@@ -76,6 +76,10 @@ def test_a_dir_fine_tuned_elsewhere_gets_its_task_from_the_head(ner_run: Path, t
             "'bert_tasks.quantize' is 'int4', not one of int8",
         ),
         ({**OLD_POLICY, "task": "ner", "pooling": "mean"}, "unknown key 'bert_tasks.pooling'"),
+        (
+            {**OLD_POLICY, "task": "ner", "attention": "left"},
+            "'bert_tasks.attention' is 'left', not one of bidirectional, causal, right_to_left",
+        ),
     ],
 )
 def test_a_bad_policy_is_one_line_before_any_model_loads(

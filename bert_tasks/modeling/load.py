@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from bert_tasks.config import DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
+from bert_tasks.config import ATTENTION_DIRECTIONS, DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import check_model_name
+from bert_tasks.model_dir import POLICY_KEY, check_model_name, saved_attention
 from bert_tasks.modeling.encoders import check_encoder, head_class, require_fused, takes_fused_path
 
 if TYPE_CHECKING:  # the model code loads with the first model: a tokenizer alone (debug data) skips it
@@ -112,6 +112,7 @@ def load_model(
     *,
     allow_pickle: bool = False,
     complete: bool = False,
+    attention: str | None = None,
 ) -> PreTrainedModel:
     """Load an encoder checkpoint as the head for `task`: BERT patched with the fused attention, any other
     encoder with transformers' own (`modeling/encoders.py`).
@@ -125,20 +126,30 @@ def load_model(
             when loaded; by default only safetensors load.
         complete: the weights must be exactly those of the head (a fine-tuned model dir); otherwise only
             the encoder must be whole, and a head the checkpoint lacks starts fresh.
+        attention: the attention direction (`ATTENTION_DIRECTIONS`); None: the one the model was trained
+            with (its config.json's policy; bidirectional where there is none).
 
     Raises:
         BertTasksError: no encoder, no such head for its family, weights that do not load, or that do not
-            fit the model config.json describes.
+            fit the model config.json describes; an attention direction in config.json that no direction
+            names, or one other than bidirectional for an encoder that runs transformers' own attention.
     """
-    from bert_tasks.modeling.patch import patch_bert
+    from bert_tasks.modeling.patch import patch_bert, set_attention_direction
 
     auto_name = head_name(task)
     path = resolve_model_path(name_or_path)
     saved = load_config(path)
+    if attention is None:
+        where = Path(path) / "config.json" if Path(path).is_dir() else f"model {name_or_path}"
+        attention = saved_attention(getattr(saved, POLICY_KEY, None), str(where))
     saved_labels = [str(name) for _, name in sorted(saved.id2label.items())]
     config = saved if labels is None else load_config(path, **_label_config(labels))
     head = head_class(auto_name, config, name_or_path)
     fused = takes_fused_path(head)
+    if attention != ATTENTION_DIRECTIONS[0]:  # causal / right-to-left masks live in the fused attention
+        require_fused(
+            config, f"attention={attention}", name_or_path, "train it with attention=bidirectional or on BERT"
+        )
     if getattr(config, "pruned_heads", None):
         require_fused(config, "loading a head-pruned model", name_or_path, "save it unpruned")
         model, info = _load_pruned(head, config, path)
@@ -156,7 +167,11 @@ def load_model(
             len(labels),
             _some(labels),
         )
-    return patch_bert(model) if fused else model
+    if not fused:
+        return model
+    patch_bert(model)
+    set_attention_direction(model, attention)
+    return model
 
 
 def _label_config(labels: list[str]) -> dict[str, Any]:

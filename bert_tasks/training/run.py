@@ -205,7 +205,9 @@ class Run:
 
     def _load_model(self) -> None:
         cfg = self.cfg
-        model = load_model(cfg.model, self.task.name, self.labels, allow_pickle=cfg.allow_pickle)
+        model = load_model(
+            cfg.model, self.task.name, self.labels, allow_pickle=cfg.allow_pickle, attention=cfg.attention
+        )
         check_tokenizer_fits(self.tokenizer, model, cfg.model)
         if cfg.attention_dropout is not None:
             todo = "drop attention_dropout (the model's config.json sets its attention dropout)"

@@ -277,6 +277,8 @@ def test_what_only_the_fused_path_offers_is_refused_in_one_line(
     path = "model {} (RobertaModel) runs transformers' own attention"
     with pytest.raises(BertTasksError, match=r"^attention_dropout= needs bert-tasks' fused BERT attention"):
         train(tiny_config("sentiment", bases["roberta"], tmp_path / "dropout", attention_dropout=0.0))
+    with pytest.raises(BertTasksError, match=r"^attention=causal needs bert-tasks' fused BERT attention"):
+        load_model(bases["roberta"], "sentiment", attention="causal")
     with pytest.raises(BertTasksError, match=r"^memory needs bert-tasks' fused BERT attention") as refused:
         attention_memory(bases["roberta"], batch=1, seq_len=8)
     assert path.format(bases["roberta"]) in str(refused.value)
@@ -285,6 +287,7 @@ def test_what_only_the_fused_path_offers_is_refused_in_one_line(
     (pruned / "config.json").write_text(json.dumps({**config, "pruned_heads": {"0": [1]}}))
     with pytest.raises(BertTasksError, match=r"^loading a head-pruned model needs bert-tasks' fused"):
         load_model(pruned, "sentiment")
+    capsys.readouterr()  # the library calls' progress bars: the CLI's stderr is what counts below
     assert main(["memory", "--model", str(bases["roberta"]), "--batch", "1", "--seq-len", "8"]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("bert-tasks: error: memory needs") and "RobertaModel" in line
