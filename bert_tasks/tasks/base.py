@@ -137,6 +137,11 @@ class Task(ABC):
             f"debug data: the {self.name} task does not profile its data; implement Task.profile_split"
         )
 
+    def infer_options(self, train: Dataset, cfg: Config) -> dict[str, Any]:
+        """Option values the training data decides, for options the user left unset (NER: the word
+        splitter its tokens follow); `train` then runs with them and saves them. None by default."""
+        return {}
+
     @abstractmethod
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """The label set, in id order, taken from the training data (and `cfg.label_names`)."""

@@ -14,6 +14,7 @@ Alignment policy (training and scoring agree on it):
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -29,6 +30,8 @@ from bert_tasks.data.ner_files import (
     read_ner_records,
     texts_to_dataset,
 )
+from bert_tasks.data.word_splitters import DEFAULT as DEFAULT_SPLITTER
+from bert_tasks.data.word_splitters import word_splitter as splitter_named
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.base import SplitProfile, Task, TaskCard, score_table
 
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
     from bert_tasks.model_dir import ModelPolicy
+
+logger = logging.getLogger(__name__)
 
 METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ner"
 _DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo" / "ner"
@@ -213,19 +218,25 @@ class NerTask(Task):
         "train_file": str(_DEMO / "train.conll"),
         "validation_file": str(_DEMO / "validation.conll"),
     }
-    options = ("label_all_subtokens", "viterbi")
+    options = ("label_all_subtokens", "viterbi", "word_splitter")
     default_metric = "f1"
     metric_names = ("f1", "precision", "recall", "accuracy", "strict_f1", "strict_precision", "strict_recall")
     file_formats = FILE_FORMATS
 
-    def __init__(self, label_all_subtokens: bool = False, viterbi: bool = True) -> None:
-        super().__init__(label_all_subtokens=label_all_subtokens, viterbi=viterbi)
+    def __init__(
+        self, label_all_subtokens: bool = False, viterbi: bool = True, word_splitter: str | None = None
+    ) -> None:
+        """`word_splitter=None`: not chosen yet (`infer_options` chooses it); texts are cut by `default`."""
+        super().__init__(
+            label_all_subtokens=label_all_subtokens, viterbi=viterbi, word_splitter=word_splitter
+        )
         self.label_all_subtokens = label_all_subtokens
         self.viterbi = viterbi
+        self.splitter = splitter_named(word_splitter or DEFAULT_SPLITTER)
 
     def read_file(self, path: str, cfg: Config) -> Dataset:
         """CoNLL, JSONL tokens + tags, JSONL text + spans, or a Label Studio/doccano export (BIO repaired)."""
-        return read_ner_file(path, cfg)
+        return read_ner_file(path, cfg, self.splitter)
 
     def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset:
         """A hub split with ClassLabel tag ids turned into names."""
@@ -233,7 +244,7 @@ class NerTask(Task):
 
     def read_memory(self, records: Records, source: str, cfg: Config) -> Dataset:
         """Records of tokens + tags, or text + spans, checked as the JSONL readers check them."""
-        return read_ner_records(source, records, cfg)
+        return read_ner_records(source, records, cfg, self.splitter)
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
         """Every entity type of validation/test must occur in the training data."""
@@ -269,6 +280,20 @@ class NerTask(Task):
             counts=counts,
             warnings=warnings,
         )
+
+    def infer_options(self, train: Dataset, cfg: Config) -> dict[str, Any]:
+        """The word splitter, unless the user named one: for a corpus of tokens, the candidate that gives
+        them back best from their raw text (one INFO line with the agreement, `data/splitter_choice.py`);
+        texts with spans were cut into words by the splitter they were read with, which stays."""
+        if cfg.word_splitter is not None:
+            return {}
+        if "word_offsets" in train.column_names:
+            return {"word_splitter": self.splitter.spec}
+        from bert_tasks.data.splitter_choice import choose_splitter
+
+        choice = choose_splitter(train["tokens"][:])
+        logger.info(choice.describe())
+        return {"word_splitter": choice.splitter}
 
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """`cfg.label_names` when given (checked against train), else O + B-/I- of every train type."""
@@ -431,7 +456,7 @@ class NerTask(Task):
 
     def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Raw texts -> the dataset `encode`/`decode` take for prediction (words split with offsets)."""
-        return texts_to_dataset(texts)
+        return texts_to_dataset(texts, self.splitter)
 
     def record(self, text: str, prediction: list[dict[str, Any]]) -> dict[str, Any]:
         """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}`."""
