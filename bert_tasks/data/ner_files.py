@@ -19,7 +19,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8
+from bert_tasks.data.files import (
+    check_text,
+    check_text_record,
+    describe,
+    is_blank,
+    json_records,
+    opens_json,
+    read_utf8,
+)
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.data.in_memory import Records
 from bert_tasks.data.word_splitters import DEFAULT, WordSplitter, word_splitter
@@ -59,6 +67,70 @@ def texts_to_dataset(texts: list[str], splitter: WordSplitter | None = None) -> 
             "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
         }
     )
+
+
+#: A prediction input of the user's own words: its tokens, its text (or None) and each token's offsets in
+#: the text (None without one).
+TokenInput = tuple[list[str], str | None, list[tuple[int, int]] | None]
+
+
+def token_input(where: str, record: dict[str, Any]) -> TokenInput:
+    """The tokens of a prediction input `{"tokens": [...]}` (optionally with its "text"), checked, with
+    where each lies in the text: the first place at or after the previous token's end (characters in
+    between, such as spaces, belong to no token). Each mistake is one line naming `where`."""
+    tokens = record["tokens"]
+    if not isinstance(tokens, list | tuple):
+        raise BertTasksError(
+            f"{where}: 'tokens' is {describe(tokens)}, not a list of strings; give the words as a list"
+        )
+    if not tokens:
+        raise BertTasksError(f"{where}: 'tokens' is an empty list; give at least one token to predict on")
+    for number, token in enumerate(tokens, start=1):
+        if not isinstance(token, str):
+            raise BertTasksError(
+                f"{where}: token {number} in 'tokens' is {describe(token)}, not a string; give every "
+                "token as a string"
+            )
+        if is_blank(token):
+            raise BertTasksError(
+                f"{where}: token {number} in 'tokens' is empty or invisible (whitespace, control or format "
+                "characters only); remove it"
+            )
+        check_text(token, where, f"token {number} in 'tokens'", nul=True)
+    if "text" not in record:
+        return list(tokens), None, None
+    text = check_text_record(where, record)["text"]
+    offsets, cursor = [], 0
+    for number, token in enumerate(tokens, start=1):
+        start = text.find(token, cursor)
+        if start < 0:
+            after = f"after token {number - 1} (character {cursor})" if number > 1 else ""
+            raise BertTasksError(
+                f"{where}: token {number} {token!r} does not occur in 'text' {after or 'at all'}; give the "
+                "tokens as the text spells them, in its order, or leave 'text' out"
+            )
+        offsets.append((start, start + len(token)))
+        cursor = start + len(token)
+    return list(tokens), text, offsets
+
+
+def inputs_to_dataset(records: list[dict[str, Any]], splitter: WordSplitter | None = None) -> Dataset:
+    """Prediction inputs -> the dataset `encode`/`decode` take: a record with 'tokens' keeps them as its
+    words (`given_tokens`), one with a 'text' alone is cut into words by `splitter`."""
+    from datasets import Dataset
+
+    columns: dict[str, list] = {"tokens": [], "text": [], "word_offsets": [], "given_tokens": []}
+    for number, record in enumerate(records, start=1):
+        if "tokens" in record:
+            tokens, text, offsets = token_input(f"record {number}", record)
+        else:
+            text = record["text"]
+            tokens, offsets = words_with_offsets(text, splitter)
+        columns["tokens"].append(tokens)
+        columns["text"].append(text)
+        columns["word_offsets"].append(None if offsets is None else [list(o) for o in offsets])
+        columns["given_tokens"].append("tokens" in record)
+    return Dataset.from_dict(columns)
 
 
 def check_tag(tag: str, where: str) -> None:

@@ -14,6 +14,7 @@ Alignment policy (training and scoring agree on it):
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -25,10 +26,12 @@ import numpy as np
 
 from bert_tasks.data.ner_files import (
     FILE_FORMATS,
+    inputs_to_dataset,
     read_hub_ner,
     read_ner_file,
     read_ner_records,
     texts_to_dataset,
+    token_input,
 )
 from bert_tasks.data.word_splitters import DEFAULT as DEFAULT_SPLITTER
 from bert_tasks.data.word_splitters import word_splitter as splitter_named
@@ -206,6 +209,43 @@ def viterbi_decode(log_probs: np.ndarray, labels: Sequence[str]) -> list[int]:
     return path[::-1]
 
 
+def _entities(
+    tags: list[str], probs: np.ndarray, text: str | None, offsets: list | None, given_tokens: bool
+) -> list[dict[str, Any]]:
+    """The entities of one row's tags: character offsets where the row has them, token indices where the
+    user gave the tokens; the score is the mean probability of the entity's tags."""
+    entities = []
+    for label, first, last in entity_spans(tags):
+        entity: dict[str, Any] = {"label": label}
+        if offsets is not None:
+            start, end = offsets[first][0], offsets[last][1]
+            entity = {"text": text[start:end], "label": label, "start": start, "end": end}
+        if given_tokens:
+            entity |= {"token_start": first, "token_end": last + 1}
+        entities.append({**entity, "score": float(probs[first : last + 1].mean())})
+    return entities
+
+
+def _shown(text: str | None, prediction: Any) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """What people are shown of a prediction: the text, its entities with offsets into it, and each
+    entity's position (`start-end` in characters, or `#start-end` in tokens for tokens without a text,
+    which are shown joined by spaces)."""
+    if not isinstance(prediction, dict):
+        return text or "", prediction, [f"{e['start']:>5}-{e['end']:<5}" for e in prediction]
+    entities = prediction["entities"]
+    if "text" in prediction:
+        return prediction["text"], entities, [f"{e['start']:>5}-{e['end']:<5}" for e in entities]
+    tokens = prediction["tokens"]
+    starts = list(itertools.accumulate((len(token) + 1 for token in tokens), initial=0))
+    joined = " ".join(tokens)
+    placed = [
+        {**e, "text": joined[starts[e["token_start"]] : starts[e["token_end"]] - 1]}
+        | {"start": starts[e["token_start"]], "end": starts[e["token_end"]] - 1}
+        for e in entities
+    ]
+    return joined, placed, [f"#{e['token_start']:>4}-{e['token_end']:<5}" for e in entities]
+
+
 class NerTask(Task):
     """Token classification with BIO tags (BC5CDR-style Disease/Chemical, CoNLL-2003, NCBI-disease)."""
 
@@ -219,6 +259,7 @@ class NerTask(Task):
         "validation_file": str(_DEMO / "validation.conll"),
     }
     options = ("label_all_subtokens", "viterbi", "word_splitter")
+    input_fields = ("text", "tokens")
     default_metric = "f1"
     metric_names = ("f1", "precision", "recall", "accuracy", "strict_f1", "strict_precision", "strict_recall")
     file_formats = FILE_FORMATS
@@ -434,40 +475,60 @@ class NerTask(Task):
     def decode(
         self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
     ) -> list[Any]:
-        """Entities with character offsets when `raw` has `text`/`word_offsets`, else word tags.
+        """Per row: for a text cut into words, its entities with character offsets; for words the user
+        gave (`given_tokens`, or rows without offsets), `{"tokens", "tags", "entities"}`: one tag per
+        token, entities with `token_start`/`token_end` (a slice of the tokens) and, when the row has its
+        text, character offsets too (with "text" first in the record).
 
         An entity's score is the mean probability of the tags chosen for its words.
         """
         predicted = self.predict_tags(raw, encoded, window_logits, id2label)
-        if "text" not in raw.column_names or "word_offsets" not in raw.column_names:
-            rows = zip(raw["tokens"], predicted, strict=True)
-            return [{"tokens": tokens, "tags": tags} for tokens, (tags, _) in rows]
+        columns, rows = raw.column_names, len(raw)
+        texts = raw["text"] if "text" in columns else [None] * rows
+        offsets = raw["word_offsets"] if "word_offsets" in columns else [None] * rows
+        given = raw["given_tokens"] if "given_tokens" in columns else [o is None for o in offsets]
         results = []
-        for text, offsets, (tags, probs) in zip(raw["text"], raw["word_offsets"], predicted, strict=True):
-            entities = []
-            for label, first, last in entity_spans(tags):
-                start, end = offsets[first][0], offsets[last][1]
-                score = float(probs[first : last + 1].mean())
-                entities.append(
-                    {"text": text[start:end], "label": label, "start": start, "end": end, "score": score}
-                )
-            results.append(entities)
+        for i, (tags, probs) in enumerate(predicted):
+            entities = _entities(tags, probs, texts[i], offsets[i], given[i])
+            if not given[i]:
+                results.append(entities)
+                continue
+            text = {} if texts[i] is None else {"text": texts[i]}
+            results.append({**text, "tokens": raw[i]["tokens"], "tags": tags, "entities": entities})
         return results
 
     def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Raw texts -> the dataset `encode`/`decode` take for prediction (words split with offsets)."""
         return texts_to_dataset(texts, self.splitter)
 
-    def record(self, text: str, prediction: list[dict[str, Any]]) -> dict[str, Any]:
-        """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}`."""
-        return {"text": text, "entities": prediction}
+    @classmethod
+    def check_input(cls, where: str, record: dict[str, Any]) -> dict[str, Any]:
+        """A 'text', or the user's own 'tokens' (a list of strings; with a 'text', found in it in order)."""
+        if "tokens" not in record:
+            return super().check_input(where, record)
+        token_input(where, record)
+        return record
 
-    def label_studio_results(
-        self, text: str, prediction: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], float | None]:
+    def inputs_to_raw(self, records: list[dict[str, Any]]) -> Dataset:
+        """Records with 'tokens' keep them as their words; a 'text' alone is cut by the word splitter."""
+        return inputs_to_dataset(records, self.splitter)
+
+    def record(self, text: str | None, prediction: Any) -> dict[str, Any]:
+        """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}` for a text; for the
+        user's tokens the prediction is the record already: `{["text",] "tokens", "tags", "entities"}`."""
+        return prediction if isinstance(prediction, dict) else {"text": text, "entities": prediction}
+
+    def label_studio_results(self, text: str, prediction: Any) -> tuple[list[dict[str, Any]], float | None]:
         """Each entity as a `labels` result; the task's score is the mean entity score (none: no entities)."""
         from bert_tasks.data.annotation_tools import LABELS_CONTROL, TEXT_OBJECT
 
+        if isinstance(prediction, dict):
+            if "text" not in prediction:
+                raise BertTasksError(
+                    "--format label-studio marks entities in a text, and a record of 'tokens' without its "
+                    "'text' has none; add the 'text', or use --json"
+                )
+            prediction = prediction["entities"]
         results = [
             {
                 "from_name": LABELS_CONTROL,
@@ -481,27 +542,29 @@ class NerTask(Task):
         score = sum(e["score"] for e in prediction) / len(prediction) if prediction else None
         return results, score
 
-    def render_predictions(self, texts: Sequence[str], predictions: Sequence[list[dict[str, Any]]]) -> str:
-        """Each text with its entities marked in place, then one line per entity."""
+    def render_predictions(self, texts: Sequence[str | None], predictions: Sequence[Any]) -> str:
+        """Each text with its entities marked in place, then one line per entity (tokens without a text:
+        joined by spaces, positions as token ranges `#start-end`)."""
         blocks = []
-        for text, entities in zip(texts, predictions, strict=True):
+        for text, entities, positions in map(_shown, texts, predictions):
             marked, cursor = [], 0
             for entity in entities:
                 marked += [text[cursor : entity["start"]], f"[{entity['text']}]({entity['label']})"]
                 cursor = entity["end"]
             lines = ["".join([*marked, text[cursor:]])]
             lines += [
-                f"  {e['label']:<10} {e['start']:>5}-{e['end']:<5} {e['score']:.3f}  {e['text']}"
-                for e in entities
+                f"  {e['label']:<10} {where} {e['score']:.3f}  {e['text']}"
+                for e, where in zip(entities, positions, strict=True)
             ]
             blocks.append("\n".join(lines if entities else [*lines, "  (no entities)"]))
         return "\n\n".join(blocks)
 
-    def predictions_page(self, texts: Sequence[str], predictions: Sequence[list[dict[str, Any]]]) -> str:
+    def predictions_page(self, texts: Sequence[str | None], predictions: Sequence[Any]) -> str:
         """The texts with their entities marked in place, a colour per type, the score on hover."""
         from bert_tasks.insight.entity_pages import predictions_page
 
-        return predictions_page(texts, predictions)
+        shown = [_shown(text, prediction)[:2] for text, prediction in zip(texts, predictions, strict=True)]
+        return predictions_page([text for text, _ in shown], [entities for _, entities in shown])
 
     def evaluation_page(
         self,
