@@ -17,7 +17,8 @@ import yaml
 from fastapi.testclient import TestClient
 
 from bert_tasks.cli import main
-from bert_tasks.data.ner_files import read_conll, read_jsonl_tokens
+from bert_tasks.data.ner_files import read_conll, read_jsonl_spans, read_jsonl_tokens
+from bert_tasks.data.word_splitters import word_splitter
 from bert_tasks.inference.predictor import EntityTagger
 from bert_tasks.inference.serve_settings import ServeSettings
 from bert_tasks.inference.server import create_app
@@ -205,3 +206,17 @@ def test_a_run_saves_the_splitter_its_corpus_calls_for_and_predicts_raw_text_wit
             )
         )
     assert read_policy(mine).task_options["word_splitter"] == "whitespace"
+
+
+def test_evaluate_reads_span_files_with_the_splitter_it_is_given(ner_run: Path, caplog) -> None:
+    from bert_tasks.inference.evaluate import read_labelled_file
+
+    spans = FIXTURES / "ner_spans.jsonl"
+    saved, policy = read_labelled_file(ner_run, str(spans))
+    assert policy.task_options["word_splitter"] == "default"
+    with caplog.at_level(logging.INFO, logger="bert_tasks"):
+        other, policy = read_labelled_file(ner_run, str(spans), ["word_splitter=whitespace"])
+    assert policy.task_options["word_splitter"] == "whitespace"
+    assert "word_splitter=whitespace differs from the model's training (default)" in caplog.text
+    assert other["tokens"] != saved["tokens"]
+    assert other["tokens"][0] == read_jsonl_spans(spans, splitter=word_splitter("whitespace"))["tokens"][0]
