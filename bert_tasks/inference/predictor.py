@@ -141,9 +141,9 @@ class Predictor:
         """Each (`where`, input record) as the record with this model's prediction added.
 
         The records are checked already (`predict_inputs`). Every input field passes through (`id` and
-        others); the prediction's keys follow them. A record
-        that already holds one of those keys (other than the inputs the prediction carries back, such as
-        its "text") is refused, naming `where`: its value would be lost.
+        others); the prediction's keys follow them. A record that already holds one of those keys (other
+        than the inputs the prediction carries back, such as its "text") is refused, naming `where`: its
+        value would be lost.
         """
         predicted = self.predict_inputs(records)
         echoed = self.task.input_fields
