@@ -163,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="key=value",
         help="how the file is read (e.g. text_column=x) or how the model reads it, instead of the saved "
-        "values (max_length, stride, NER's viterbi, label_all_subtokens)",
+        "values (max_length, stride, NER's viterbi, label_all_subtokens, word_splitter)",
     )
     evaluate.set_defaults(run=_evaluate, positionals="overrides")
 
@@ -172,7 +172,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("texts", nargs="*", metavar="TEXT")
     predict.add_argument("--model", help="saved model dir (default: runs/<task>)")
     predict.add_argument(
-        "--file", help="texts to label: one per line, or JSONL with a 'text' field; - reads standard input"
+        "--file",
+        help="texts to label: one per line, or JSONL with a 'text' field (ner: or 'tokens', a list of "
+        "words to tag one by one, with or without the 'text'); - reads standard input",
     )
     predict.add_argument("--json", action="store_true", help="one JSON object per text, for programs")
     predict.add_argument(
@@ -399,39 +401,42 @@ def _predict(args: argparse.Namespace) -> None:
             )
         _predict_to_file(args)
         return
-    from bert_tasks.data.files import check_texts, read_texts
+    from bert_tasks.inference.stream import prediction_inputs
+    from bert_tasks.tasks import task_class
 
-    texts = list(args.texts) + (read_texts(args.file) if args.file else [])
-    if not texts:
+    given, _ = prediction_inputs(args.texts, args.file, task_class(args.task).check_input)
+    records = list(given)
+    if not records:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
-    check_texts(texts)
     _check_batch_size(args)
     if args.json and args.format not in (None, "json"):
         raise BertTasksError(f"--json and --format {args.format} ask for two outputs; give one of them")
     output = args.format or ("json" if args.json else "text")
     model_dir = _checked_model_dir(args)
     if args.html is None:
-        _predict_and_print(args, model_dir, texts, output)
+        _predict_and_print(args, model_dir, records, output)
         return
     from pathlib import Path
 
     from bert_tasks.output_paths import page_output, write_atomically
-    from bert_tasks.tasks import task_class
 
     task_class(args.task).check_page("predict")
     with page_output(args.html, "predict") as page:  # checked (and made) before the model loads
-        task, predictions = _predict_and_print(args, model_dir, texts, output)
+        task, predictions = _predict_and_print(args, model_dir, records, output)
+        texts = [fields.get("text") for _, fields in records]
         with page.writing():
             write_atomically(Path(args.html), task.predictions_page(texts, predictions))
     logging.getLogger("bert_tasks.cli").info("predictions page written to %s", args.html)
 
 
 def _predict_and_print(
-    args: argparse.Namespace, model_dir: str, texts: list[str], output: str
+    args: argparse.Namespace, model_dir: str, records: list[tuple[str, dict[str, Any]]], output: str
 ) -> tuple[Task, list[Any]]:
-    """Predict `texts` and print them as `output` asks; return the task and the predictions."""
+    """Predict the input `records` (`file:line`, fields) and print them as `output` asks; return the task
+    and the predictions."""
     predictor = _predictor(args, model_dir)
-    predictions = predictor.predict(texts)
+    predictions = predictor.predict_inputs(records)
+    texts = [fields.get("text") for _, fields in records]
     if output == "label-studio":
         from bert_tasks.data.annotation_tools import label_studio_tasks
 
@@ -455,7 +460,10 @@ def _predict_to_file(args: argparse.Namespace) -> None:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
     _check_batch_size(args)
     model_dir = _checked_model_dir(args)
-    records, total = prediction_inputs(args.texts, args.file)  # a regular file: read through once here
+    from bert_tasks.tasks import task_class
+
+    check = task_class(args.task).check_input
+    records, total = prediction_inputs(args.texts, args.file, check)  # a regular file: read through here
     with JsonlOutput(args.out, args.file) as out:
         count = predict_to_jsonl(_predictor(args, model_dir), records, out, total)
     print(f"{count} predictions written to {args.out}")

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT
+from bert_tasks.data.word_splitters import splitter_problem
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import task_class, task_names
 
@@ -116,6 +117,12 @@ class Config:
         False, "NER: label every sub-token (B- becomes I- on continuations), not just the first"
     )
     viterbi: bool = _key(True, "NER: BIO-constrained Viterbi decoding (always valid BIO); false = argmax")
+    word_splitter: str | None = _key(
+        None,
+        "NER: how raw text is cut into words at prediction (and texts with spans when read): default, ptb, "
+        "social, whitespace or regex:<pattern>; none = what reproduces the training tokens best (else "
+        "default); saved with the model",
+    )
     class_weights: list[float] | str | None = dataclasses.field(
         default=None,
         metadata={
@@ -610,6 +617,7 @@ def _validate(cfg: Config) -> None:
             cfg.attention in ATTENTION_DIRECTIONS,
             f"must be one of {', '.join(ATTENTION_DIRECTIONS)}",
         ),
+        ("word_splitter", splitter_problem(cfg.word_splitter) is None, splitter_problem(cfg.word_splitter)),
         ("conll_tag_index", *_within(cfg.conll_tag_index, -MAX_CONLL_COLUMN, MAX_CONLL_COLUMN, "-1 = last")),
         ("seed", *_within(cfg.seed, 0, MAX_SEED, "numpy's seed range")),
         ("threads", *_within(cfg.threads, 1, MAX_THREADS, "or none")),

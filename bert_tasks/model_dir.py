@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,10 @@ class ModelPolicy:
         for key in task.options:
             if key in data:
                 options[key] = _typed(data, key, where)
+        try:
+            task(**options)  # the task's own checks of its option values (NER: the word splitter)
+        except BertTasksError as error:
+            raise _bad(where, f"'{POLICY_KEY}': {error}") from None
         quantize = data.get("quantize")
         if quantize is not None and quantize not in QUANTIZE_METHODS:
             raise _bad(
@@ -313,6 +318,10 @@ def _integer(data: dict[str, Any], key: str, where: str, low: int, high: int) ->
 def _typed(data: dict[str, Any], key: str, where: str) -> Any:
     """A task option, checked against the type its config key has."""
     value, expected = data[key], _CONFIG_TYPES[key]
+    if isinstance(expected, types.UnionType) and type(None) in typing.get_args(expected):
+        if value is None:
+            return None
+        (expected,) = [t for t in typing.get_args(expected) if t is not type(None)]
     if expected is bool and not isinstance(value, bool):
         raise _bad(where, f"'{POLICY_KEY}.{key}' is {value!r}, not true/false")
     if expected in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):

@@ -21,7 +21,7 @@ import json
 import re
 import sys
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -79,9 +79,14 @@ def check_texts(texts: Sequence[object]) -> None:
     """Refuse a text to predict that is no string, is empty (`is_blank`) or holds a lone surrogate, naming
     it by its position (`text 3`): the one rule of the command line, the library and the server."""
     for index, text in enumerate(texts):
-        if not isinstance(text, str) or is_blank(text):
-            raise BertTasksError(f"text {index + 1} is empty; give at least one word to predict on")
-        check_text(text, f"text {index + 1}", nul=True)  # a lone surrogate: the tokenizer would choke
+        check_text_to_predict(text, f"text {index + 1}")
+
+
+def check_text_to_predict(text: object, name: str) -> None:
+    """`check_texts`' rule for one text, named `name` (`text 3`)."""
+    if not isinstance(text, str) or is_blank(text):
+        raise BertTasksError(f"{name} is empty; give at least one word to predict on")
+    check_text(text, name, nul=True)  # a lone surrogate: the tokenizer would choke
 
 
 def opens_json(text: str) -> bool:
@@ -170,19 +175,23 @@ def read_texts(path: str) -> list[str]:
     return [record["text"] for _, record in text_records(path)]
 
 
-def text_records(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def text_records(
+    path: str, check: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """(`file:line`, record) for each text to predict in a file, or standard input for `-`, as it is read.
 
     The format is decided once for the whole input, never line by line: JSON Lines when the first
-    non-blank line is a JSON object (then every non-blank line must be one, with a 'text' string; the
-    record is yielded whole, so `id` and any other field travel with it), a JSON array when the whole
-    input is an array of such objects, else plain text: one text per non-blank line (record
+    non-blank line is a JSON object (then every non-blank line must be one, passing `check`: by default
+    `check_text_record`, a 'text' string; a task's `check_input` may take other fields, such as NER's
+    'tokens'; the record is yielded whole, so `id` and any other field travel with it), a JSON array when
+    the whole input is an array of such objects, else plain text: one text per non-blank line (record
     `{"text": line}`), whatever the line starts with (`{`, `[` and quotes are text too).
 
     JSON Lines and plain text are read a line at a time, so memory does not grow with the input; an
     input whose first line opens with `[` is read whole, since only its end says whether it is an array.
     """
     name = "<stdin>" if path == "-" else path
+    check = check or check_text_record
     lines = _nonblank_lines(path, name)
     first = next(lines, None)
     if first is None:
@@ -191,14 +200,14 @@ def text_records(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
         return
     if isinstance(_json_or_none(first[1]), dict):
         for where, line in itertools.chain([first], lines):
-            yield where, _text_record(where, _jsonl_text_line(where, line))
+            yield where, check(where, _jsonl_text_line(where, line))
         return
     if first[1].lstrip().startswith("["):
         buffered = [first, *lines]
         records = _json_or_none("\n".join(line for _, line in buffered))
         if isinstance(records, list) and records and all(isinstance(r, dict) for r in records):
             for number, record in enumerate(records, start=1):
-                yield f"{name}: record {number}", _text_record(f"{name}: record {number}", record)
+                yield f"{name}: record {number}", check(f"{name}: record {number}", record)
             return
         lines = iter(buffered)
     else:
@@ -281,7 +290,7 @@ def _jsonl_text_line(where: str, line: str) -> dict[str, Any]:
     return record
 
 
-def _text_record(where: str, record: dict[str, Any]) -> dict[str, Any]:
+def check_text_record(where: str, record: dict[str, Any]) -> dict[str, Any]:
     """One JSON record of texts to predict, once its 'text' is checked."""
     if "text" not in record:
         found = ", ".join(map(shown, record)) or "none"

@@ -6,12 +6,12 @@ dir (`bert_tasks.model_dir`), so a model never sees inputs cut differently from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
-from bert_tasks.data.files import check_texts
+from bert_tasks.data.files import check_text_to_predict
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
 from bert_tasks.tasks import task_class
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from torch import nn
 
     from bert_tasks.inference.quantize import SizeChange
+
+
+#: What a Predictor predicts on: a text, or a record of the fields its task reads (`Task.check_input`).
+Input = str | Mapping[str, Any]
 
 
 class Backend(Protocol):
@@ -110,28 +114,56 @@ class Predictor:
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Predictor:
         return cls(model_dir, **kwargs)
 
-    def predict(self, texts: Sequence[str]) -> list[Any]:
-        """One prediction per text (a label dict for sentiment, a list of entities for NER)."""
-        texts = list(texts)
-        if not texts:
+    def predict(self, inputs: Sequence[Input]) -> list[Any]:
+        """One prediction per input: a text (sentiment: a label dict; NER: a list of entities), or a record
+        the task reads (`Task.check_input`; NER: `{"tokens": [...]}`, with or without its "text", gives
+        `{["text",] "tokens", "tags", "entities"}`, one tag per token). Texts are named `text N` in
+        errors, records `record N`."""
+        return self.predict_inputs(self._located(inputs))
+
+    def predict_inputs(self, inputs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Any]:
+        """One prediction per (`where`, record), the records checked already: as `text_records` and
+        `stream.prediction_inputs` yield them (a file's records by the task's `check_input`, texts by the
+        command line's rule), or as `predict` checks them."""
+        records = [dict(record) for _, record in inputs]
+        if not records:
             return []
-        check_texts(texts)
-        raw = self.task.texts_to_raw(texts)
+        raw = self.task.inputs_to_raw(records)
         return self.task.decode(raw, *self.window_logits(raw), self.id2label)
 
-    def records(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        """One JSON-ready record per text, as `bert-tasks predict --json` prints them."""
-        texts = list(texts)
-        return [self.task.record(t, p) for t, p in zip(texts, self.predict(texts), strict=True)]
+    def records(self, inputs: Sequence[Input]) -> list[dict[str, Any]]:
+        """One JSON-ready record per input, as `bert-tasks predict --json` prints them."""
+        located = self._located(inputs)
+        predicted = self.predict_inputs(located)
+        return [self.task.record(r.get("text"), p) for (_, r), p in zip(located, predicted, strict=True)]
 
     def annotate(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """Each (`where`, record with a "text") as the record with this model's prediction added.
+        """Each (`where`, input record) as the record with this model's prediction added.
 
-        Every input field passes through (`id` and others); the prediction's keys follow them. A record
-        that already holds one of those keys is refused, naming `where`: its value would be lost.
+        The records are checked already (`predict_inputs`). Every input field passes through (`id` and
+        others); the prediction's keys follow them. A record that already holds one of those keys (other
+        than the inputs the prediction carries back, such as its "text") is refused, naming `where`: its
+        value would be lost.
         """
-        predicted = self.records([fields["text"] for _, fields in records])
-        return [with_prediction(w, fields, rec) for (w, fields), rec in zip(records, predicted, strict=True)]
+        predicted = self.predict_inputs(records)
+        echoed = self.task.input_fields
+        return [
+            with_prediction(where, fields, self.task.record(fields.get("text"), prediction), echoed)
+            for (where, fields), prediction in zip(records, predicted, strict=True)
+        ]
+
+    def _located(self, inputs: Sequence[Input]) -> list[tuple[str, Mapping[str, Any]]]:
+        """Inputs as checked (`where`, record) pairs: a text as `{"text"}`, named `text N` and held to the
+        command line's rule for texts (anything that is no record is judged as a text); a record named
+        `record N`, checked by the task's `check_input`."""
+        located: list[tuple[str, Mapping[str, Any]]] = []
+        for number, item in enumerate(inputs, start=1):
+            if isinstance(item, Mapping):
+                located.append((f"record {number}", self.task.check_input(f"record {number}", dict(item))))
+            else:
+                check_text_to_predict(item, f"text {number}")
+                located.append((f"text {number}", {"text": item}))
+        return located
 
     def label_studio_tasks(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """The texts as Label Studio tasks pre-annotated with this model's predictions (one JSON array,
@@ -151,9 +183,12 @@ class Predictor:
         return encoded, self.backend.window_logits(encoded, collate, self.batch_size)
 
 
-def with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it)."""
-    clash = next((key for key in record if key != "text" and key in fields), None)
+def with_prediction(
+    where: str, fields: dict[str, Any], record: dict[str, Any], echoed: Sequence[str] = ("text",)
+) -> dict[str, Any]:
+    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it);
+    `echoed`: the input fields the prediction carries back (`Task.input_fields`), which are no clash."""
+    clash = next((key for key in record if key not in echoed and key in fields), None)
     if clash is not None:
         raise BertTasksError(
             f"{where}: the record has a field '{clash}', which the prediction writes; rename that field "
@@ -174,12 +209,14 @@ class SentimentClassifier(Predictor):
 class EntityTagger(Predictor):
     """`EntityTagger.from_pretrained(dir)(text) -> [{"text", "label", "start", "end", "score"}]`.
 
-    Given a list of texts it returns one such list per text.
+    On the user's own words, `tagger({"tokens": [...]})` (a "text" may come with them, for character
+    offsets) -> `{"tokens", "tags", "entities": [{"label", "token_start", "token_end", "score"}]}`.
+    Given a list of texts or records it returns one result per item.
     """
 
     expected_task = "ner"
 
-    def __call__(self, texts: str | Sequence[str]) -> list[Any]:
-        if isinstance(texts, str):
-            return self.predict([texts])[0]
-        return self.predict(texts)
+    def __call__(self, inputs: Input | Sequence[Input]) -> Any:
+        if isinstance(inputs, str | Mapping):
+            return self.predict([inputs])[0]
+        return self.predict(inputs)

@@ -40,6 +40,7 @@ from bert_tasks.data.files import check_texts
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.batcher import BatcherClosed, MicroBatcher
 from bert_tasks.inference.serve_settings import ServeSettings
+from bert_tasks.inference.stream import input_chars
 from bert_tasks.model_dir import read_policy
 
 if TYPE_CHECKING:
@@ -53,11 +54,13 @@ _USAGE = 'send {"texts": ["..."]} or {"records": [{"id": ..., "text": "..."}]}'
 
 
 class TextRecord(BaseModel):
-    """A text with its own fields: `id` and any other field come back with the prediction."""
+    """A text with its own fields: `id` and any other field come back with the prediction. A NER model
+    also takes `tokens` (a list of strings: the user's own words, tagged one by one) instead of the text
+    or with it; the task checks the fields it reads."""
 
     model_config = ConfigDict(extra="allow")
     id: Any = Field(default=None, description="any JSON value, passed back as given")
-    text: StrictStr
+    text: StrictStr | None = None
 
 
 class PredictRequest(BaseModel):
@@ -144,21 +147,25 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
     async def predict(request: Request) -> dict[str, Any]:
         """One record per text, as `bert-tasks predict --json` prints them."""
         body = _parsed(await _body(request, settings.max_body_bytes))
-        texts, fields = _texts(body)
-        _check_limits(texts, settings)
+        inputs, fields = _texts(body)
+        _check_limits(inputs, settings)
         try:
-            check_texts(texts)
+            if fields is None:
+                check_texts(inputs)
+            for number, record in enumerate(fields or [], start=1):
+                predictor.task.check_input(f"record {number}", record)
         except BertTasksError as error:
             raise HTTPException(422, str(error)) from None
-        if not texts:
+        if not inputs:
             return {"records": []}
-        results = await _predicted(request.app.state.batcher, texts)
+        results = await _predicted(request.app.state.batcher, inputs)
         if fields is None:
             return {"records": results}
         try:
+            echoed = predictor.task.input_fields
             return {
                 "records": [
-                    _with_prediction(f"record {n}", own, result)
+                    _with_prediction(f"record {n}", own, result, echoed)
                     for n, (own, result) in enumerate(zip(fields, results, strict=True), start=1)
                 ]
             }
@@ -239,8 +246,9 @@ def _parsed(body: bytes) -> Any:
         raise HTTPException(400, f"the body is not valid JSON ({reason}); {_USAGE}") from None
 
 
-def _texts(body: Any) -> tuple[list[str], list[dict[str, Any]] | None]:
-    """The texts of a request, and each record's own fields (None for a list of texts)."""
+def _texts(body: Any) -> tuple[list[Any], list[dict[str, Any]] | None]:
+    """The inputs of a request (texts, or the records, which the task reads), and each record's own
+    fields (None for a list of texts)."""
     try:
         parsed = PredictRequest.model_validate(body)
     except ValidationError as error:
@@ -252,15 +260,15 @@ def _texts(body: Any) -> tuple[list[str], list[dict[str, Any]] | None]:
     if parsed.texts is not None:
         return parsed.texts, None
     records = [dict(record) for record in body["records"]]  # as sent: field order and values kept
-    return [record["text"] for record in records], records
+    return records, records
 
 
-def _check_limits(texts: list[str], settings: ServeSettings) -> None:
-    if len(texts) > settings.max_texts:
+def _check_limits(inputs: list[Any], settings: ServeSettings) -> None:
+    if len(inputs) > settings.max_texts:
         raise HTTPException(
-            413, f"{len(texts)} texts in one request, more than --max-texts {settings.max_texts}; split it"
+            413, f"{len(inputs)} texts in one request, more than --max-texts {settings.max_texts}; split it"
         )
-    chars = sum(len(text) for text in texts)
+    chars = sum(len(item) if isinstance(item, str) else input_chars(item) for item in inputs)
     if chars > settings.max_chars:
         raise HTTPException(
             413, f"{chars} characters in one request, more than --max-chars {settings.max_chars}; split it"
@@ -281,10 +289,12 @@ async def _predicted(batcher: MicroBatcher, texts: list[str]) -> list[dict[str, 
         ) from None
 
 
-def _with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def _with_prediction(
+    where: str, fields: dict[str, Any], record: dict[str, Any], echoed: tuple[str, ...]
+) -> dict[str, Any]:
     from bert_tasks.inference.predictor import with_prediction  # loaded with the model by now
 
-    return with_prediction(where, fields, record)
+    return with_prediction(where, fields, record, echoed)
 
 
 def _static_info(settings: ServeSettings, predictor: Predictor) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,24 +40,37 @@ CHUNK_TEXTS = 2048
 #: ... or once its texts reach this many characters (a file of long documents stays bounded too).
 CHUNK_CHARS = 1 << 20
 
-Record = tuple[str, dict[str, Any]]  # (`file:line`, the input record with its "text")
+Record = tuple[str, dict[str, Any]]  # (`file:line`, the input record with its "text" or other inputs)
+Check = Callable[[str, dict[str, Any]], dict[str, Any]]  # a task's `check_input`
 
 
-def prediction_inputs(texts: Sequence[str], path: str | None) -> tuple[Iterable[Record], int | None]:
+def input_chars(fields: dict[str, Any]) -> int:
+    """The characters of a record's strings, and of the strings in its lists (NER's tokens): its size."""
+    return sum(
+        len(value) if isinstance(value, str) else sum(len(v) for v in value if isinstance(v, str))
+        for value in fields.values()
+        if isinstance(value, str | list)
+    )
+
+
+def prediction_inputs(
+    texts: Sequence[str], path: str | None, check: Check | None = None
+) -> tuple[Iterable[Record], int | None]:
     """The records to predict (command-line texts first, then the file's) and their count, when known.
 
-    A regular file is read through once here, before any model loads: its every mistake is answered
-    first and the progress bar knows the total. Standard input and pipes can be read only once, so
-    they are checked as they stream.
+    `check`: the task's `check_input` for the file's JSON records (default: a 'text' each). A regular
+    file is read through once here, before any model loads: its every mistake is answered first and the
+    progress bar knows the total. Standard input and pipes can be read only once, so they are checked
+    as they stream.
     """
     check_texts(texts)
     given = [(f"text {n}", {"text": text}) for n, text in enumerate(texts, start=1)]
     if path is None:
         return given, len(given)
     if path != "-" and _is_regular_file(path):
-        total = len(given) + sum(1 for _ in text_records(path))
-        return itertools.chain(given, text_records(path)), total
-    return itertools.chain(given, text_records(path)), None
+        total = len(given) + sum(1 for _ in text_records(path, check))
+        return itertools.chain(given, text_records(path, check)), total
+    return itertools.chain(given, text_records(path, check)), None
 
 
 def chunks(records: Iterable[Record], max_texts: int, max_chars: int) -> Iterator[list[Record]]:
@@ -66,7 +79,7 @@ def chunks(records: Iterable[Record], max_texts: int, max_chars: int) -> Iterato
     chars = 0
     for record in records:
         chunk.append(record)
-        chars += len(record[1]["text"])
+        chars += input_chars(record[1])
         if len(chunk) >= max_texts or chars >= max_chars:
             yield chunk
             chunk, chars = [], 0

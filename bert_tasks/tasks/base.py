@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bert_tasks.data.files import check_text_record
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -92,6 +93,9 @@ class Task(ABC):
     metric_names: ClassVar[tuple[str, ...]]
     #: What `format=` may name for this task's data files; "auto" (first) decides by extension and content.
     file_formats: ClassVar[tuple[str, ...]] = ("auto",)
+    #: The fields of a prediction input record the task reads (`check_input`); its prediction records
+    #: carry them back, so an input record holding them is no clash (`predictor.with_prediction`).
+    input_fields: ClassVar[tuple[str, ...]] = ("text",)
     #: The raw column whose values `validation_split` keeps in proportion (a class label); None: the
     #: carved rows are a plain seeded sample (NER, where a sentence has many labels).
     stratify_by: ClassVar[str | None] = None
@@ -143,6 +147,11 @@ class Task(ABC):
             f"debug data: the {self.name} task does not profile its data; implement Task.profile_split"
         )
 
+    def infer_options(self, train: Dataset, cfg: Config) -> dict[str, Any]:
+        """Option values the training data decides, for options the user left unset (NER: the word
+        splitter its tokens follow); `train` then runs with them and saves them. None by default."""
+        return {}
+
     @abstractmethod
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """The label set, in id order, taken from the training data (and `cfg.label_names`)."""
@@ -150,6 +159,16 @@ class Task(ABC):
     @abstractmethod
     def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Unlabelled texts -> the raw rows `encode` and `decode` take (prediction input)."""
+
+    @classmethod
+    def check_input(cls, where: str, record: dict[str, Any]) -> dict[str, Any]:
+        """One prediction input record (a file's line, a server's record, the library's), checked before
+        any model loads; a mistake is one line naming `where`. By default it needs a 'text' string."""
+        return check_text_record(where, record)
+
+    def inputs_to_raw(self, records: list[dict[str, Any]]) -> Dataset:
+        """Checked input records -> raw rows, as `texts_to_raw` for their texts (NER also takes tokens)."""
+        return self.texts_to_raw([record["text"] for record in records])
 
     # Encoding and batching.
 
