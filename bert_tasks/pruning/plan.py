@@ -24,7 +24,7 @@ import numpy as np
 
 from bert_tasks.config import Config, load_recipe
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import BACKENDS, local_model_dir, read_policy
+from bert_tasks.model_dir import BACKENDS, ModelPolicy, local_model_dir, read_policy
 from bert_tasks.tasks import task_class
 
 #: Share of the model's heads removed per step when `steps=` is not given: Michel et al. 2019 prune
@@ -95,6 +95,7 @@ class PrunePlan:
 
     model_dir: Path
     out_dir: Path
+    policy: ModelPolicy
     shape: ModelShape
     #: Heads removed at each step, in order (their sum is how many go).
     steps: list[int]
@@ -139,7 +140,7 @@ def plan_pruning(
             f"steps={steps}: each step removes at least one head, and {remove} go; give steps=1 to {remove}"
         )
     out = Path(out_dir) if out_dir is not None else directory.parent / f"{directory.name}-pruned-{remove}"
-    return PrunePlan(directory, out, shape, step_sizes(remove, steps), recover_steps, cfg)
+    return PrunePlan(directory, out, policy, shape, step_sizes(remove, steps), recover_steps, cfg)
 
 
 def read_shape(directory: Path) -> ModelShape:

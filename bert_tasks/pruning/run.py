@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.evaluate import check_known_labels
-from bert_tasks.model_dir import label_names, read_policy
+from bert_tasks.model_dir import label_names
 from bert_tasks.output_paths import CommandOutput
 from bert_tasks.pruning.plan import PrunePlan, choose_heads, plan_pruning
 from bert_tasks.tasks import task_class
@@ -68,12 +68,12 @@ def prune(
 
         loaded = load_finetuned(plan.model_dir, task, allow_pickle=plan.cfg.allow_pickle)
         record = _Pruning(plan, loaded, raw).run()
-        with tempfile.TemporaryDirectory(prefix="bert-tasks-prune-") as scratch:
-            if plan.recover_steps:
+        if plan.recover_steps:
+            with tempfile.TemporaryDirectory(prefix="bert-tasks-prune-") as scratch:
                 metrics = _recover(plan, loaded, Path(scratch) / "pruned")
-            else:
-                with target.writing():
-                    metrics = _save(plan, loaded, record)
+        else:
+            with target.writing():
+                metrics = _save(plan, loaded, record)
         record["recovery"] = _recovery_record(plan, metrics)
         with target.writing():
             _write_report(plan, loaded, record)
@@ -83,13 +83,16 @@ def prune(
 
 def _read_data(plan: PrunePlan) -> dict[str, Dataset]:
     """The splits of the plan's config, checked against the model's labels (before the model loads)."""
-    policy = read_policy(plan.model_dir)
-    model_task = task_class(policy.task)(**policy.task_options)
+    model_task = task_class(plan.policy.task)(**plan.policy.task_options)
     raw = read_splits(model_task, plan.cfg)
     known = label_names(plan.model_dir)
     for split in ("validation", "test"):
         if split in raw:
             check_known_labels(model_task, raw[split], plan.cfg, known, f"{split} data")
+    if plan.recover_steps and "train" not in raw:
+        raise BertTasksError(
+            f"recover_steps={plan.recover_steps}: {plan.cfg.dataset} has no training split; give train_file="
+        )
     if plan.recover_steps and model_task.label_names(raw["train"], plan.cfg) != known:
         trained = model_task.label_names(raw["train"], plan.cfg)
         raise BertTasksError(

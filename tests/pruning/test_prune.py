@@ -274,3 +274,9 @@ def test_mistakes_are_one_line_and_leave_nothing(runs: dict[str, Path], tmp_path
     (not_ours / "config.json").write_text(json.dumps(config))
     line = cli_error_line(["prune", "ner", "--model", str(not_ours), "--heads", "0.5"], capsys)
     assert "not a fine-tuned model of a bert-tasks task" in line
+
+
+def test_the_readme_shows_the_lines_every_card_holds() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    lines = vanilla_pruned_code("BertForSequenceClassification", "runs/sentiment-pruned-36")
+    assert "\n".join(f"  {line}" if line else "" for line in lines) in readme
