@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +110,11 @@ class PrunePlan:
 
 
 def plan_pruning(
-    task: str, model_dir: str | Path, heads: str, out_dir: str | Path | None = None, overrides: list[str] = ()
+    task: str,
+    model_dir: str | Path,
+    heads: str,
+    out_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
 ) -> PrunePlan:
     """Check the request and say what will happen; reads JSON and YAML only (no torch, no data).
 
@@ -228,7 +233,7 @@ def choose_heads(scores: np.ndarray, count: int) -> dict[int, list[int]]:
     return {layer: sorted(heads) for layer, heads in sorted(chosen.items())}
 
 
-def _split_overrides(overrides: list[str]) -> tuple[dict[str, str], list[str]]:
+def _split_overrides(overrides: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """prune's own keys (the last of a key winning) and the config overrides, in order."""
     own, rest = {}, []
     for item in overrides:

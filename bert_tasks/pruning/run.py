@@ -17,10 +17,11 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.data.splits import read_splits
+from bert_tasks.data.splits import SPLIT_FILES, read_splits
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.evaluate import check_known_labels
 from bert_tasks.model_dir import label_names
@@ -47,7 +48,7 @@ def prune(
     model_dir: str | Path,
     heads: str,
     out_dir: str | Path | None = None,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
 ) -> Path:
     """Remove `heads` (a fraction or a count) of the model's attention heads; return the new model dir.
 
@@ -60,7 +61,7 @@ def prune(
             is not empty, data that does not read or holds labels the model does not know; a failure
             removes what was written.
     """
-    plan = plan_pruning(task, model_dir, heads, out_dir, list(overrides))
+    plan = plan_pruning(task, model_dir, heads, out_dir, overrides)
     todo = "pass --out a new directory you can write to"
     with CommandOutput(plan.out_dir, f"prune output {plan.out_dir}", todo, fresh=True) as target:
         raw = _read_data(plan)
@@ -88,13 +89,16 @@ def _read_data(plan: PrunePlan) -> dict[str, Dataset]:
     known = label_names(plan.model_dir)
     for split in ("validation", "test"):
         if split in raw:
-            check_known_labels(model_task, raw[split], plan.cfg, known, f"{split} data")
-    if plan.recover_steps and "train" not in raw:
+            source = getattr(plan.cfg, SPLIT_FILES[split]) or f"{split} data"
+            check_known_labels(model_task, raw[split], plan.cfg, known, source)
+    if not plan.recover_steps:
+        return raw
+    if "train" not in raw:
         raise BertTasksError(
             f"recover_steps={plan.recover_steps}: {plan.cfg.dataset} has no training split; give train_file="
         )
-    if plan.recover_steps and model_task.label_names(raw["train"], plan.cfg) != known:
-        trained = model_task.label_names(raw["train"], plan.cfg)
+    trained = model_task.label_names(raw["train"], plan.cfg)
+    if trained != known:
         raise BertTasksError(
             f"recover_steps={plan.recover_steps}: the training data's labels ({', '.join(trained)}) are not "
             f"the model's ({', '.join(known)}), in the model's order; the head would start fresh; give "
