@@ -89,7 +89,9 @@ def _read_labelled(
     return raw, policy
 
 
-def check_known_labels(task: Task, raw: Dataset, cfg: Config, known: list[str], source: str) -> None:
+def check_known_labels(
+    task: Task, raw: Dataset, cfg: Config, known: list[str], source: str, command: str = "evaluate"
+) -> None:
     """Refuse labelled data with a label the model cannot predict: it would only be scored as a miss, or
     break the metric (and, with its gold label encoded, have no id)."""
     # label_names without the recipe's list: the labels the data itself uses.
@@ -97,7 +99,7 @@ def check_known_labels(task: Task, raw: Dataset, cfg: Config, known: list[str], 
     if unknown:
         raise BertTasksError(
             f"{source}: label {unknown[0]!r} is not one the model knows ({listed(known)}); "
-            "use data with the model's labels, or train a model that has it"
+            f"{command} on data with the model's labels, or train a model that has it"
         )
 
 

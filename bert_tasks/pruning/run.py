@@ -90,7 +90,7 @@ def _read_data(plan: PrunePlan) -> dict[str, Dataset]:
     for split in ("validation", "test"):
         if split in raw:
             source = getattr(plan.cfg, SPLIT_FILES[split]) or f"{split} data"
-            check_known_labels(model_task, raw[split], plan.cfg, known, source)
+            check_known_labels(model_task, raw[split], plan.cfg, known, source, "prune")
     if not plan.recover_steps:
         return raw
     if "train" not in raw:

@@ -250,6 +250,22 @@ def test_mistakes_are_one_line_and_leave_nothing(runs: dict[str, Path], tmp_path
         ["prune", "ner", *model, "--heads", "2", "--out", str(out), f"validation_file={other}"], capsys
     )
     assert "other.conll: entity type 'Drug' never" in line and not out.exists()
+    no_recipe = tmp_path / "no-recipe"
+    shutil.copytree(runs["ner"], no_recipe)
+    (no_recipe / "recipe.yaml").unlink()  # no training split to check the labels against: prune does
+    argv = [
+        "prune",
+        "ner",
+        "--model",
+        str(no_recipe),
+        "--heads",
+        "2",
+        "--out",
+        str(out),
+        f"validation_file={other}",
+    ]
+    line = cli_error_line(argv, capsys)
+    assert "other.conll: label 'B-Drug' is not one the model knows" in line and not out.exists()
     extra = [*read_conll(DATA["ner"][0]), [("aspirin", "B-Drug"), ("helps", "O")]]
     more_types = write_conll(tmp_path / "more-types.conll", extra)
     argv = [
