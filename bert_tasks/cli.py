@@ -285,6 +285,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(run=_export, positionals="out")
 
+    prune = commands.add_parser(
+        "prune",
+        help="remove the least important attention heads, step by step (Michel et al. 2019)",
+        description="Score every head on the validation split, remove the lowest-scored ones in steps "
+        "(scoring again after each), optionally fine-tune to recover, and write a new model dir with "
+        "pruning.json and pruning.png.",
+    )
+    prune.add_argument("task", choices=tasks)
+    prune.add_argument("--model", help="saved model dir (default: runs/<task>)")
+    prune.add_argument(
+        "--heads",
+        required=True,
+        help="heads to remove: a fraction of the model's heads (0.5) or a count (36)",
+    )
+    prune.add_argument("--out", help="the new model dir (default: <model>-pruned-<N>, N heads removed)")
+    prune.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="steps=K (default: one per 10%% of the heads), recover_steps=S (default 0), and config keys "
+        "over the model's recipe.yaml: its data (validation_file=, ...) and, with recovery, training "
+        "(lr=, ...)",
+    )
+    prune.set_defaults(run=_prune, positionals="overrides")
+
     debug = commands.add_parser("debug", help="look at the data before training (debug data)")
     debug_commands = debug.add_subparsers(dest="debug_command", required=True)
     data = debug_commands.add_parser(
@@ -502,6 +527,13 @@ def _model_dir(args: argparse.Namespace) -> str:
             "or pass --model DIR"
         )
     return default
+
+
+def _prune(args: argparse.Namespace) -> None:
+    from bert_tasks.pruning import prune
+
+    out = prune(args.task, _model_dir(args), args.heads, args.out, args.overrides)
+    print(f"pruned model written to {out}")
 
 
 def _serve(args: argparse.Namespace) -> None:
