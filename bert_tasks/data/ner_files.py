@@ -52,18 +52,14 @@ def words_with_offsets(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     return [m.group() for m in matches], [m.span() for m in matches]
 
 
-def texts_to_dataset(texts: list[str]) -> Dataset:
-    """Raw texts -> the `tokens`/`text`/`word_offsets` dataset that prediction encodes and decodes."""
-    from datasets import Dataset
-
+def texts_to_columns(texts: list[str]) -> dict[str, list[Any]]:
+    """Raw texts -> the `tokens`/`text`/`word_offsets` columns that prediction encodes and decodes."""
     split = [words_with_offsets(text) for text in texts]
-    return Dataset.from_dict(
-        {
-            "tokens": [words for words, _ in split],
-            "text": list(texts),
-            "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
-        }
-    )
+    return {
+        "tokens": [words for words, _ in split],
+        "text": list(texts),
+        "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
+    }
 
 
 def check_tag(tag: str, where: str) -> None:

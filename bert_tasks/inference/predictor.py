@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
 from bert_tasks.data.files import check_texts
+from bert_tasks.data.table import Table
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
 from bert_tasks.tasks import task_class
@@ -21,17 +22,15 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from torch import nn
 
+    from bert_tasks.data.padded_batches import Padding
     from bert_tasks.inference.quantize import SizeChange
 
 
 class Backend(Protocol):
     """What runs a model's forward pass: torch (`TorchBackend`) or onnxruntime (`OnnxBackend`)."""
 
-    #: What the task's collator returns for it: "pt" or "np".
-    tensors: str
-
-    def window_logits(self, encoded: Dataset, collate: Any, batch_size: int) -> list[np.ndarray]:
-        """Logits per encoded row (window), in row order."""
+    def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
+        """Logits per encoded row (window), in row order, run in `PaddedBatches`."""
         ...
 
 
@@ -111,13 +110,22 @@ class Predictor:
         return cls(model_dir, **kwargs)
 
     def predict(self, texts: Sequence[str]) -> list[Any]:
-        """One prediction per text (a label dict for sentiment, a list of entities for NER)."""
+        """One prediction per text (a label dict for sentiment, a list of entities for NER).
+
+        The texts go through the task's `encode_batch` and `decode` on plain lists (`Table`), never a
+        Dataset: a server's micro-batch of a few texts would pay more to build one than to predict them.
+        """
         texts = list(texts)
         if not texts:
             return []
         check_texts(texts)
-        raw = self.task.texts_to_raw(texts)
-        return self.task.decode(raw, *self.window_logits(raw), self.id2label)
+        columns = self.task.prediction_columns(texts)
+        windows = self.task.encode_batch(
+            columns, range(len(texts)), self.tokenizer, None, self.policy.max_length, self.policy.stride
+        )
+        raw, encoded = Table(columns), Table(windows)
+        logits = self.backend.window_logits(encoded, self.padding, self.batch_size)
+        return self.task.decode(raw, encoded, logits, self.id2label)
 
     def records(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """One JSON-ready record per text, as `bert-tasks predict --json` prints them."""
@@ -147,8 +155,14 @@ class Predictor:
         """Encode raw rows into the saved policy's windows and run the model: (windows, logits per window),
         what a task's `metrics`, `decode` and pages read."""
         encoded = self.task.encode(raw, self.tokenizer, None, self.policy.max_length, self.policy.stride)
-        collate = self.task.collator(self.tokenizer, self.backend.tensors)
-        return encoded, self.backend.window_logits(encoded, collate, self.batch_size)
+        return encoded, self.backend.window_logits(encoded, self.padding, self.batch_size)
+
+    @property
+    def padding(self) -> Padding:
+        """How the task pads a batch, with this model's tokenizer."""
+        from bert_tasks.data.padded_batches import Padding
+
+        return Padding.of(self.tokenizer, self.task.pad_to_multiple_of)
 
 
 def with_prediction(where: str, fields: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
