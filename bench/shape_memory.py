@@ -6,9 +6,13 @@ to it. Each setting runs in a fresh process: a `Predictor` (as the command line 
 called --calls times on 1..--max-texts random SST-2 dev sentences (the same draws for every setting),
 resident memory after a warm-up and every --every calls, and the texts/s over the calls. Settings: the
 padded length rounded up to a multiple of --multiples tokens (8 is what the tasks pad to), under bf16
-and fp32. Run from the repo root:
+and fp32. `--linear` isolates the cause: one bf16 `Linear(384, 1536)` (a feed-forward layer of the
+model) on [N, 384] inputs of 1,200 random row counts N in 5..900 (what unpadding hands every projection:
+the batch's real tokens), against the same with N rounded up to a multiple of 64, and fp32. Run from the
+repo root:
 
     python bench/shape_memory.py --model /tmp/serve-bench-sentiment --json bench/results/shape_memory.json
+    python bench/shape_memory.py --linear
 """
 
 from __future__ import annotations
@@ -58,19 +62,52 @@ def one_setting(model: str, multiple: int, precision: str, calls: int, every: in
     }
 
 
+def linear_rows(mode: str, calls: int = 1200, every: int = 200) -> dict:
+    """RSS MiB along `calls` calls of one Linear on random row counts (`mode`: bf16, bf16-round64, fp32)."""
+    import psutil
+    import torch
+
+    torch.set_num_threads(1)
+    layer = torch.nn.Linear(384, 1536)
+    draws = random.Random(0)
+    process = psutil.Process()
+    rss = [process.memory_info().rss >> 20]
+    with torch.inference_mode():
+        for call in range(1, calls + 1):
+            rows = draws.randint(5, 900)
+            if mode == "bf16-round64":
+                rows = -(-rows // 64) * 64
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode != "fp32"):
+                layer(torch.randn(rows, 384))
+            if call % every == 0:
+                rss.append(process.memory_info().rss >> 20)
+    return {"mode": mode, "rss_mib": rss}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", required=True, help="a sentiment model dir")
+    parser.add_argument("--model", help="a sentiment model dir")
     parser.add_argument("--multiples", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--precisions", nargs="+", default=["bf16", "no"])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--max-texts", type=int, default=32)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--linear", action="store_true", help="the one-Linear experiment instead")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one setting, print its JSON
     args = parser.parse_args()
+    if args.linear and args.one:
+        print(json.dumps(linear_rows(args.one)))
+        return
+    if args.linear:
+        print(os.getloadavg())
+        for mode in ("bf16", "bf16-round64", "fp32"):
+            command = [sys.executable, __file__, "--model", "-", "--linear", "--one", mode]
+            result = subprocess.run(command, capture_output=True, text=True, check=True)
+            print(result.stdout.strip())
+        return
     if args.one:
         multiple, precision = args.one.split(",")
         print(
