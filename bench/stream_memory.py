@@ -3,7 +3,8 @@
 Writes a JSON Lines file of --lines short texts with ids to --dir (ids alternate between numbers and
 strings, and every record carries a field of its own), runs the command as a user would (a fresh
 `python -m bert_tasks` process) on --model, samples the process's resident memory every --sample
-seconds (psutil: the peak, and the median of the second half against the first, which shows growth),
+seconds (psutil: the peak, the median of the second half against the first, which shows growth, and
+the value at each tenth of the run),
 then checks that OUT has one line per input line, in input order, each with its id and field. Run from
 the repo root:
 
@@ -46,9 +47,11 @@ def run(model: str, source: Path, out: Path, sample: float) -> tuple[float, list
     samples = []
     while process.poll() is None:
         try:
-            samples.append(watched.memory_info().rss)
+            rss = watched.memory_info().rss
         except psutil.NoSuchProcess:
             break
+        if rss:  # 0 once the process has exited and not yet been reaped
+            samples.append(rss)
         time.sleep(sample)
     status = process.wait()
     if status:
@@ -104,6 +107,7 @@ def main() -> None:
         "median_rss_mib_first_half": round(first / mib),
         "median_rss_mib_second_half": round(second / mib),
         "samples": len(samples),
+        "rss_mib_at_each_tenth": [round(samples[len(samples) * k // 10 - 1] / mib) for k in range(1, 11)],
         "ids_in_order": True,
     }
     print(json.dumps(result), "| load average after", load_after)
