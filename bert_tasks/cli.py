@@ -29,7 +29,7 @@ from bert_tasks.config import DEFAULT_MODEL, Config
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.serve_settings import ServeSettings
 from bert_tasks.model_dir import QUANTIZE_METHODS
-from bert_tasks.runtime import configure_cli_process
+from bert_tasks.runtime import configure_cli_process, launched_processes
 from bert_tasks.tasks import task_names
 
 if TYPE_CHECKING:
@@ -426,6 +426,12 @@ def _predict(args: argparse.Namespace) -> None:
             )
         _predict_to_file(args)
         return
+    processes = launched_processes()
+    if processes > 1:
+        raise BertTasksError(
+            f"predict across {processes} processes writes one file: give --out OUT.jsonl (and --file), "
+            "or run predict as a single process"
+        )
     from bert_tasks.inference.stream import prediction_inputs
     from bert_tasks.tasks import task_class
 
@@ -477,20 +483,42 @@ def _predict_and_print(
 
 def _predict_to_file(args: argparse.Namespace) -> None:
     """`predict --out`: streamed, so a file of any size runs in bounded memory (inference/stream.py)."""
-    from bert_tasks.inference.stream import JsonlOutput, predict_to_jsonl, prediction_inputs
+    from bert_tasks.inference.stream import (
+        JsonlOutput,
+        check_output,
+        predict_to_jsonl,
+        prediction_inputs,
+    )
 
     if args.format not in (None, "json"):
         raise BertTasksError(f"--out writes JSON Lines, --format {args.format} prints; give one of them")
     if not args.texts and not args.file:
         raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
     _check_batch_size(args)
+    processes = launched_processes()
+    if processes > 1 and args.file == "-":
+        raise BertTasksError(
+            f"--file -: standard input cannot be shared by the {processes} processes of a launch; "
+            "save it to a file and give its path, or run predict as a single process"
+        )
     model_dir = _checked_model_dir(args)
     from bert_tasks.tasks import task_class
 
     check = task_class(args.task).check_input
     records, total = prediction_inputs(args.texts, args.file, check)  # a regular file: read through here
-    with JsonlOutput(args.out, args.file) as out:
-        count = predict_to_jsonl(_predictor(args, model_dir), records, out, total)
+    if processes > 1:
+        from bert_tasks.inference.across_processes import predict_across_processes
+
+        check_output(args.out, args.file)  # on every process: each must refuse what the main one would
+        shared = predict_across_processes(
+            lambda: _predictor(args, model_dir), records, args.out, args.file, total
+        )
+        if shared is None:  # not the main process: it wrote nothing and says nothing
+            return
+        count = shared
+    else:
+        with JsonlOutput(args.out, args.file) as out:
+            count = predict_to_jsonl(_predictor(args, model_dir), records, out, total)
     print(f"{count} predictions written to {args.out}")
 
 

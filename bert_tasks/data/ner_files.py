@@ -55,18 +55,14 @@ def words_with_offsets(
     return (splitter or word_splitter(DEFAULT)).split(text)
 
 
-def texts_to_dataset(texts: list[str], splitter: WordSplitter | None = None) -> Dataset:
-    """Raw texts -> the `tokens`/`text`/`word_offsets` dataset that prediction encodes and decodes."""
-    from datasets import Dataset
-
+def texts_to_columns(texts: list[str], splitter: WordSplitter | None = None) -> dict[str, list[Any]]:
+    """Raw texts -> the `tokens`/`text`/`word_offsets` columns that prediction encodes and decodes."""
     split = [words_with_offsets(text, splitter) for text in texts]
-    return Dataset.from_dict(
-        {
-            "tokens": [words for words, _ in split],
-            "text": list(texts),
-            "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
-        }
-    )
+    return {
+        "tokens": [words for words, _ in split],
+        "text": list(texts),
+        "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
+    }
 
 
 #: A prediction input of the user's own words: its tokens, its text (or None) and each token's offsets in
@@ -114,11 +110,11 @@ def token_input(where: str, record: dict[str, Any]) -> TokenInput:
     return list(tokens), text, offsets
 
 
-def inputs_to_dataset(records: list[dict[str, Any]], splitter: WordSplitter | None = None) -> Dataset:
-    """Prediction inputs -> the dataset `encode`/`decode` take: a record with 'tokens' keeps them as its
+def inputs_to_columns(
+    records: list[dict[str, Any]], splitter: WordSplitter | None = None
+) -> dict[str, list[Any]]:
+    """Prediction inputs -> the columns `encode_batch`/`decode` take: a record with 'tokens' keeps them as its
     words (`given_tokens`), one with a 'text' alone is cut into words by `splitter`."""
-    from datasets import Dataset
-
     columns: dict[str, list] = {"tokens": [], "text": [], "word_offsets": [], "given_tokens": []}
     for number, record in enumerate(records, start=1):
         if "tokens" in record:
@@ -130,7 +126,7 @@ def inputs_to_dataset(records: list[dict[str, Any]], splitter: WordSplitter | No
         columns["text"].append(text)
         columns["word_offsets"].append(None if offsets is None else [list(o) for o in offsets])
         columns["given_tokens"].append("tokens" in record)
-    return Dataset.from_dict(columns)
+    return columns
 
 
 def check_tag(tag: str, where: str) -> None:

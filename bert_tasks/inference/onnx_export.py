@@ -155,12 +155,14 @@ def _check_texts(model_dir: str | Path, check_file: str | None) -> Dataset:
 
 def _export_checked(loaded: FinetunedModel, raw: Dataset, graph: Path, method: str | None) -> Parity:
     """Trace the model into `graph` (quantized in place with `method`) and compare it on `raw`."""
+    from bert_tasks.data.padded_batches import Padding
     from bert_tasks.inference.torch_backend import TorchBackend
     from bert_tasks.modeling.patch import traceable
 
     task, tokenizer, policy = loaded.task, loaded.tokenizer, loaded.policy
     encoded = task.encode(raw, tokenizer, None, policy.max_length, policy.stride)
-    reference = TorchBackend(loaded.model, None, "no").window_logits(encoded, task.collator(tokenizer), 64)
+    padding = Padding.of(tokenizer, task.pad_to_multiple_of)
+    reference = TorchBackend(loaded.model, None, "no").window_logits(encoded, padding, 64)
     model = traceable(loaded.model.cpu())
     if method is None:
         _trace(model, tokenizer, graph)
@@ -170,7 +172,7 @@ def _export_checked(loaded: FinetunedModel, raw: Dataset, graph: Path, method: s
         _quantize_int8(fp32, graph)
         fp32.unlink()
     session = open_session(graph)
-    found = OnnxBackend(session).window_logits(encoded, task.collator(tokenizer, "np"), 64, "check")
+    found = OnnxBackend(session).window_logits(encoded, padding, 64, "check")
     return Parity.measure(reference, found, method)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
 from bert_tasks.data.files import check_text_to_predict
+from bert_tasks.data.table import Table
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
 from bert_tasks.tasks import task_class
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from torch import nn
 
+    from bert_tasks.data.padded_batches import Padding
     from bert_tasks.inference.quantize import SizeChange
 
 
@@ -31,11 +33,8 @@ Input = str | Mapping[str, Any]
 class Backend(Protocol):
     """What runs a model's forward pass: torch (`TorchBackend`) or onnxruntime (`OnnxBackend`)."""
 
-    #: What the task's collator returns for it: "pt" or "np".
-    tensors: str
-
-    def window_logits(self, encoded: Dataset, collate: Any, batch_size: int) -> list[np.ndarray]:
-        """Logits per encoded row (window), in row order."""
+    def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
+        """Logits per encoded row (window), in row order, run in `PaddedBatches`."""
         ...
 
 
@@ -124,12 +123,21 @@ class Predictor:
     def predict_inputs(self, inputs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Any]:
         """One prediction per (`where`, record), the records checked already: as `text_records` and
         `stream.prediction_inputs` yield them (a file's records by the task's `check_input`, texts by the
-        command line's rule), or as `predict` checks them."""
+        command line's rule), or as `predict` checks them.
+
+        The records go through the task's `encode_batch` and `decode` on plain lists (`Table`), never a
+        Dataset: a server's micro-batch of a few texts would pay more to build one than to predict them.
+        """
         records = [dict(record) for _, record in inputs]
         if not records:
             return []
-        raw = self.task.inputs_to_raw(records)
-        return self.task.decode(raw, *self.window_logits(raw), self.id2label)
+        columns = self.task.input_columns(records)
+        windows = self.task.encode_batch(
+            columns, range(len(records)), self.tokenizer, None, self.policy.max_length, self.policy.stride
+        )
+        raw, encoded = Table(columns), Table(windows)
+        logits = self.backend.window_logits(encoded, self.padding, self.batch_size)
+        return self.task.decode(raw, encoded, logits, self.id2label)
 
     def records(self, inputs: Sequence[Input]) -> list[dict[str, Any]]:
         """One JSON-ready record per input, as `bert-tasks predict --json` prints them."""
@@ -179,8 +187,14 @@ class Predictor:
         """Encode raw rows into the saved policy's windows and run the model: (windows, logits per window),
         what a task's `metrics`, `decode` and pages read."""
         encoded = self.task.encode(raw, self.tokenizer, None, self.policy.max_length, self.policy.stride)
-        collate = self.task.collator(self.tokenizer, self.backend.tensors)
-        return encoded, self.backend.window_logits(encoded, collate, self.batch_size)
+        return encoded, self.backend.window_logits(encoded, self.padding, self.batch_size)
+
+    @property
+    def padding(self) -> Padding:
+        """How the task pads a batch, with this model's tokenizer."""
+        from bert_tasks.data.padded_batches import Padding
+
+        return Padding.of(self.tokenizer, self.task.pad_to_multiple_of)
 
 
 def with_prediction(

@@ -97,16 +97,7 @@ class JsonlOutput:
     """
 
     def __init__(self, path: str | Path, input_path: str | None = None) -> None:
-        self.path = Path(path)
-        self.partial = self.path.with_name(f"{self.path.name}.partial")
-        if self.path.exists() or self.path.is_symlink():
-            raise BertTasksError(
-                f"--out {self.path}: already exists; give a new path, or remove the file first"
-            )
-        if input_path not in (None, "-") and self.partial.resolve() == Path(input_path).resolve():
-            raise BertTasksError(
-                f"--out {self.path}: its partial file {self.partial} is the input; give another --out"
-            )
+        self.path, self.partial = check_output(path, input_path)
         try:
             self._stream = open(self.partial, "wb")  # noqa: SIM115 (open until finish)
         except OSError as error:
@@ -154,6 +145,18 @@ class JsonlOutput:
             f"--out {self.path}: could not write {self.partial} ({failure_reason(error)}); "
             f"{self.written} complete records were written before; free space or write elsewhere"
         )
+
+
+def check_output(path: str | Path, input_path: str | None) -> tuple[Path, Path]:
+    """`(OUT, OUT.partial)`, unless OUT exists or its partial file is the input: `JsonlOutput`'s checks
+    without opening anything (what the processes of a launch that do not write the file check too)."""
+    path = Path(path)
+    partial = path.with_name(f"{path.name}.partial")
+    if path.exists() or path.is_symlink():
+        raise BertTasksError(f"--out {path}: already exists; give a new path, or remove the file first")
+    if input_path not in (None, "-") and partial.resolve() == Path(input_path).resolve():
+        raise BertTasksError(f"--out {path}: its partial file {partial} is the input; give another --out")
+    return path, partial
 
 
 def predict_to_jsonl(

@@ -11,7 +11,7 @@ because the CLI imports the registry to parse and validate a command before any 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
+    from bert_tasks.data.table import Table
     from bert_tasks.model_dir import ModelPolicy
 
 
@@ -99,6 +100,9 @@ class Task(ABC):
     #: The raw column whose values `validation_split` keeps in proportion (a class label); None: the
     #: carved rows are a plain seeded sample (NER, where a sentence has many labels).
     stratify_by: ClassVar[str | None] = None
+    #: Batches are padded to a multiple of this many tokens (None: to the longest window), by the
+    #: collator in training and by `data/padded_batches.py` in prediction: one rule for both.
+    pad_to_multiple_of: ClassVar[int | None] = None
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -157,8 +161,14 @@ class Task(ABC):
         """The label set, in id order, taken from the training data (and `cfg.label_names`)."""
 
     @abstractmethod
+    def prediction_columns(self, texts: list[str]) -> dict[str, list[Any]]:
+        """Unlabelled texts -> the raw columns (plain lists) that `encode_batch` and `decode` take."""
+
     def texts_to_raw(self, texts: list[str]) -> Dataset:
-        """Unlabelled texts -> the raw rows `encode` and `decode` take (prediction input)."""
+        """The raw prediction rows of `texts` as a Dataset, for the Dataset path (`encode`)."""
+        from datasets import Dataset
+
+        return Dataset.from_dict(self.prediction_columns(texts))
 
     @classmethod
     def check_input(cls, where: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -166,13 +176,31 @@ class Task(ABC):
         any model loads; a mistake is one line naming `where`. By default it needs a 'text' string."""
         return check_text_record(where, record)
 
-    def inputs_to_raw(self, records: list[dict[str, Any]]) -> Dataset:
-        """Checked input records -> raw rows, as `texts_to_raw` for their texts (NER also takes tokens)."""
-        return self.texts_to_raw([record["text"] for record in records])
+    def input_columns(self, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        """Checked input records -> raw columns, as `prediction_columns` for their texts (NER also takes
+        the user's own tokens)."""
+        return self.prediction_columns([record["text"] for record in records])
 
     # Encoding and batching.
 
     @abstractmethod
+    def encode_batch(
+        self,
+        batch: Mapping[str, list[Any]],
+        indices: Sequence[int],
+        tokenizer: PreTrainedTokenizerBase,
+        label2id: dict[str, int] | None,
+        max_length: int,
+        stride: int,
+    ) -> dict[str, list[Any]]:
+        """Tokenize raw rows (columns of plain lists) into windows of at most `max_length` tokens
+        overlapping by `stride`; `indices[i]` is row i's index in its dataset (its windows' `example_id`).
+
+        The one encoding of the task: `encode` maps it over a Dataset, and prediction calls it on a
+        batch of texts directly (no Dataset to build), so both cut the same windows. `label2id=None`
+        encodes without labels (prediction).
+        """
+
     def encode(
         self,
         raw: Dataset,
@@ -181,10 +209,22 @@ class Task(ABC):
         max_length: int,
         stride: int,
     ) -> Dataset:
-        """Tokenize into windows of at most `max_length` tokens overlapping by `stride`.
+        """`encode_batch` mapped over a Dataset: one row per window (see the class docstring)."""
+        from datasets.fingerprint import generate_random_fingerprint
 
-        `label2id=None` encodes without labels (prediction).
-        """
+        def windows(batch: Mapping[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
+            return self.encode_batch(batch, indices, tokenizer, label2id, max_length, stride)
+
+        # A fresh fingerprint: datasets would otherwise pickle `windows`, tokenizer and all, to hash it
+        # (about 1 s a call).
+        return raw.map(
+            windows,
+            batched=True,
+            with_indices=True,
+            remove_columns=raw.column_names,
+            desc=f"Tokenizing {self.name}",
+            new_fingerprint=generate_random_fingerprint(),
+        )
 
     @abstractmethod
     def collator(
@@ -210,12 +250,15 @@ class Task(ABC):
     @abstractmethod
     def decode(
         self,
-        raw: Dataset,
-        encoded: Dataset,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
         window_logits: Sequence[np.ndarray],
         id2label: dict[int, str],
     ) -> list[Any]:
-        """Merge per-window logits into one plain-Python prediction per raw example."""
+        """Merge per-window logits into one plain-Python prediction per raw example.
+
+        Prediction hands it `Table`s (plain lists, read like a Dataset: `raw["column"]`, `len(raw)`,
+        `column_names`), evaluation Datasets."""
 
     # Showing: to programs (records) and to people (text, plots).
 

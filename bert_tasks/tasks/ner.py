@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -26,11 +26,11 @@ import numpy as np
 
 from bert_tasks.data.ner_files import (
     FILE_FORMATS,
-    inputs_to_dataset,
+    inputs_to_columns,
     read_hub_ner,
     read_ner_file,
     read_ner_records,
-    texts_to_dataset,
+    texts_to_columns,
     token_input,
 )
 from bert_tasks.data.word_splitters import DEFAULT as DEFAULT_SPLITTER
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
+    from bert_tasks.data.table import Table
     from bert_tasks.model_dir import ModelPolicy
 
 logger = logging.getLogger(__name__)
@@ -274,6 +275,7 @@ class NerTask(Task):
     default_metric = "f1"
     metric_names = ("f1", "precision", "recall", "accuracy", "strict_f1", "strict_precision", "strict_recall")
     file_formats = FILE_FORMATS
+    pad_to_multiple_of = 8  # tensor cores
 
     def __init__(
         self, label_all_subtokens: bool = False, viterbi: bool = True, word_splitter: str | None = None
@@ -360,14 +362,15 @@ class NerTask(Task):
             )
         return list(cfg.label_names)
 
-    def encode(
+    def encode_batch(
         self,
-        raw: Dataset,
+        batch: Mapping[str, list[Any]],
+        indices: Sequence[int],
         tokenizer: PreTrainedTokenizerBase,
         label2id: dict[str, int] | None,
         max_length: int,
         stride: int,
-    ) -> Dataset:
+    ) -> dict[str, list[Any]]:
         """Split each sentence into overlapping windows of sub-tokens with aligned word labels."""
         room = max_length - tokenizer.num_special_tokens_to_add()
         if not 0 <= stride < room:
@@ -387,53 +390,39 @@ class NerTask(Task):
                 return_offsets_mapping=label2id is not None,  # only label alignment reads them
             )
 
-        def windows(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
-            words = batch["tokens"]
-            encoding = tokenize(words)
-            covered = [set() for _ in words]
-            for i, sample in enumerate(encoding["overflow_to_sample_mapping"]):
-                covered[sample].update(w for w in encoding.word_ids(i) if w is not None)
-            if any(len(seen) < len(row) for seen, row in zip(covered, words, strict=True)):
-                words = [
-                    [w if j in seen else tokenizer.unk_token for j, w in enumerate(row)]
-                    for seen, row in zip(covered, words, strict=True)
-                ]
-                encoding = tokenize(words)
-            samples = encoding["overflow_to_sample_mapping"]
-            out = {
-                key: encoding[key]
-                for key in ("input_ids", "token_type_ids", "attention_mask")
-                if key in encoding
-            }
-            out["example_id"] = [indices[sample] for sample in samples]
-            out["word_ids"] = [
-                [-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(samples))
+        words = batch["tokens"]
+        encoding = tokenize(words)
+        covered = [set() for _ in words]
+        for i, sample in enumerate(encoding["overflow_to_sample_mapping"]):
+            covered[sample].update(w for w in encoding.word_ids(i) if w is not None)
+        if any(len(seen) < len(row) for seen, row in zip(covered, words, strict=True)):
+            words = [
+                [w if j in seen else tokenizer.unk_token for j, w in enumerate(row)]
+                for seen, row in zip(covered, words, strict=True)
             ]
-            if label2id is not None:
-                word_labels = [self._label_ids(row, label2id) for row in batch["tags"]]
-                out["labels"] = [
-                    align_labels(
-                        encoding.word_ids(i),
-                        first,
-                        word_labels[samples[i]],
-                        id2label,
-                        label2id,
-                        self.label_all_subtokens,
-                    )
-                    for i, first in enumerate(first_pieces(encoding))
-                ]
-            return out
-
-        from datasets.fingerprint import generate_random_fingerprint
-
-        return raw.map(
-            windows,
-            batched=True,
-            with_indices=True,
-            remove_columns=raw.column_names,
-            desc="Tokenizing NER",
-            new_fingerprint=generate_random_fingerprint(),  # not a hash of `windows` and its tokenizer
-        )
+            encoding = tokenize(words)
+        samples = encoding["overflow_to_sample_mapping"]
+        out = {
+            key: encoding[key] for key in ("input_ids", "token_type_ids", "attention_mask") if key in encoding
+        }
+        out["example_id"] = [indices[sample] for sample in samples]
+        out["word_ids"] = [
+            [-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(samples))
+        ]
+        if label2id is not None:
+            word_labels = [self._label_ids(row, label2id) for row in batch["tags"]]
+            out["labels"] = [
+                align_labels(
+                    encoding.word_ids(i),
+                    first,
+                    word_labels[samples[i]],
+                    id2label,
+                    label2id,
+                    self.label_all_subtokens,
+                )
+                for i, first in enumerate(first_pieces(encoding))
+            ]
+        return out
 
     @staticmethod
     def _label_ids(tags: list[str], label2id: dict[str, int]) -> list[int]:
@@ -452,11 +441,18 @@ class NerTask(Task):
         from transformers import DataCollatorForTokenClassification
 
         return DataCollatorForTokenClassification(
-            tokenizer, pad_to_multiple_of=8, label_pad_token_id=IGNORE, return_tensors=return_tensors
+            tokenizer,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            label_pad_token_id=IGNORE,
+            return_tensors=return_tensors,
         )
 
     def predict_tags(
-        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+        self,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
     ) -> list[tuple[list[str], np.ndarray]]:
         """Per raw example: word tags and each tag's probability (windows merged, then decoded)."""
         labels = [id2label[i] for i in sorted(id2label)]  # id order; keys are ints (HF config)
@@ -484,7 +480,11 @@ class NerTask(Task):
         )
 
     def decode(
-        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+        self,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
     ) -> list[Any]:
         """Per row: for a text cut into words, its entities with character offsets; for words the user
         gave (`given_tokens`, or rows without offsets), `{"tokens", "tags", "entities"}`: one tag per
@@ -498,6 +498,7 @@ class NerTask(Task):
         texts = raw["text"] if "text" in columns else [None] * rows
         offsets = raw["word_offsets"] if "word_offsets" in columns else [None] * rows
         given = raw["given_tokens"] if "given_tokens" in columns else [o is None for o in offsets]
+        tokens = raw["tokens"]
         results = []
         for i, (tags, probs) in enumerate(predicted):
             entities = _entities(tags, probs, texts[i], offsets[i], given[i])
@@ -505,12 +506,13 @@ class NerTask(Task):
                 results.append(entities)
                 continue
             text = {} if texts[i] is None else {"text": texts[i]}
-            results.append({**text, "tokens": raw[i]["tokens"], "tags": tags, "entities": entities})
+            results.append({**text, "tokens": tokens[i], "tags": tags, "entities": entities})
         return results
 
-    def texts_to_raw(self, texts: list[str]) -> Dataset:
-        """Raw texts -> the dataset `encode`/`decode` take for prediction (words split with offsets)."""
-        return texts_to_dataset(texts, self.splitter)
+    def prediction_columns(self, texts: list[str]) -> dict[str, list[Any]]:
+        """Raw texts -> the columns `encode_batch`/`decode` take for prediction (words split with offsets
+        by the model's word splitter)."""
+        return texts_to_columns(texts, self.splitter)
 
     @classmethod
     def check_input(cls, where: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -520,9 +522,9 @@ class NerTask(Task):
         token_input(where, record)
         return record
 
-    def inputs_to_raw(self, records: list[dict[str, Any]]) -> Dataset:
+    def input_columns(self, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
         """Records with 'tokens' keep them as their words; a 'text' alone is cut by the word splitter."""
-        return inputs_to_dataset(records, self.splitter)
+        return inputs_to_columns(records, self.splitter)
 
     def record(self, text: str | None, prediction: Any) -> dict[str, Any]:
         """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}` for a text; for the

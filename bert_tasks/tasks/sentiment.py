@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
+    from bert_tasks.data.table import Table
     from bert_tasks.model_dir import ModelPolicy
 
 METRIC_PATH = Path(__file__).resolve().parent.parent / "metrics" / "classification" / "classification.py"
@@ -56,6 +57,7 @@ class SentimentTask(Task):
     metric_names = ("accuracy", "macro_f1")
     file_formats = FILE_FORMATS
     stratify_by = "label"
+    pad_to_multiple_of = 8  # tensor cores
     #: The Label Studio control that `predict --format label-studio` fills:
     #: `<Choices name="sentiment" toName="text">`, as in Label Studio's text classification template.
     label_studio_control = "sentiment"
@@ -96,11 +98,9 @@ class SentimentTask(Task):
         texts, labels = raw["text"][:], raw["label"][:]
         return SplitProfile(keys=texts, golds=labels, labels=dict(Counter(labels)), unit="examples")
 
-    def texts_to_raw(self, texts: list[str]) -> Dataset:
-        """Raw texts -> the one-column dataset `encode`/`decode` take for prediction."""
-        from datasets import Dataset
-
-        return Dataset.from_dict({"text": texts})
+    def prediction_columns(self, texts: list[str]) -> dict[str, list[Any]]:
+        """Raw texts -> the one `text` column `encode_batch`/`decode` take for prediction."""
+        return {"text": list(texts)}
 
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """`cfg.label_names` when given (their order is the id order), else the sorted training labels."""
@@ -114,7 +114,8 @@ class SentimentTask(Task):
         max_length: int,
         stride: int,
     ) -> Dataset:
-        """Tokenize each text into windows (the fast tokenizer's own overflow), each with the text's label."""
+        """`encode_batch` over the Dataset, once its labels are checked against the model's (all at once,
+        so the first unknown label named is the first in sorted order, whatever batch holds it)."""
         if label2id is not None:
             if "label" not in raw.column_names:
                 raise BertTasksError("cannot score texts without labels; give the data a label column")
@@ -124,32 +125,30 @@ class SentimentTask(Task):
                     f"label '{unknown[0]}' is not one the model knows ({listed(list(label2id))}); "
                     "fix the data or train a model that has it"
                 )
+        return super().encode(raw, tokenizer, label2id, max_length, stride)
 
-        def windows(batch: dict[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
-            enc = tokenizer(
-                batch["text"],
-                truncation=True,
-                max_length=max_length,
-                stride=stride,
-                return_overflowing_tokens=True,
-            )
-            source_rows = enc.pop("overflow_to_sample_mapping")  # window -> row within this batch
-            enc["example_id"] = [indices[row] for row in source_rows]
-            if label2id is not None:
-                enc["labels"] = [label2id[batch["label"][row]] for row in source_rows]
-            return dict(enc)
-
-        from datasets.fingerprint import generate_random_fingerprint
-
-        # A fresh fingerprint: datasets would otherwise pickle `windows`, tokenizer and all, to hash it
-        # (about 1 s a call, the cost of predicting on hundreds of texts).
-        return raw.map(
-            windows,
-            batched=True,
-            with_indices=True,
-            remove_columns=raw.column_names,
-            new_fingerprint=generate_random_fingerprint(),
+    def encode_batch(
+        self,
+        batch: Mapping[str, list[Any]],
+        indices: Sequence[int],
+        tokenizer: PreTrainedTokenizerBase,
+        label2id: dict[str, int] | None,
+        max_length: int,
+        stride: int,
+    ) -> dict[str, list[Any]]:
+        """Tokenize each text into windows (the fast tokenizer's own overflow), each with the text's label."""
+        enc = tokenizer(
+            batch["text"],
+            truncation=True,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
         )
+        source_rows = enc.pop("overflow_to_sample_mapping")  # window -> row within this batch
+        enc["example_id"] = [indices[row] for row in source_rows]
+        if label2id is not None:
+            enc["labels"] = [label2id[batch["label"][row]] for row in source_rows]
+        return dict(enc)
 
     def collator(
         self, tokenizer: PreTrainedTokenizerBase, return_tensors: str = "pt"
@@ -157,7 +156,9 @@ class SentimentTask(Task):
         """Dynamic padding to the batch's longest window (a multiple of 8 for tensor cores)."""
         from transformers import DataCollatorWithPadding
 
-        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors=return_tensors)
+        return DataCollatorWithPadding(
+            tokenizer, pad_to_multiple_of=self.pad_to_multiple_of, return_tensors=return_tensors
+        )
 
     def metrics(
         self,
@@ -180,8 +181,8 @@ class SentimentTask(Task):
 
     def decode(
         self,
-        raw: Dataset,
-        encoded: Dataset,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
         window_logits: Sequence[np.ndarray],
         id2label: dict[int, str],
     ) -> list[dict[str, Any]]:
@@ -273,7 +274,9 @@ class SentimentTask(Task):
         )
 
 
-def _example_logits(encoded: Dataset, window_logits: Sequence[np.ndarray], num_examples: int) -> np.ndarray:
+def _example_logits(
+    encoded: Dataset | Table, window_logits: Sequence[np.ndarray], num_examples: int
+) -> np.ndarray:
     """Average window logits per raw example: (W, C) -> (N, C).
 
     Accepts one (C,) array per window or per-batch (B, C) arrays, in the order of `encoded`'s rows.
