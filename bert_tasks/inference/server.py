@@ -246,6 +246,11 @@ def _parsed(body: bytes) -> Any:
         raise HTTPException(400, f"the body is not valid JSON ({reason}); {_USAGE}") from None
 
 
+def _field(part: str | int) -> str:
+    """One step of a validation error's location: an index or plain name as is, any other name quoted."""
+    return str(part) if isinstance(part, int) or part.isidentifier() else json.dumps(part)
+
+
 def _texts(body: Any) -> tuple[list[Any], list[dict[str, Any]] | None]:
     """The inputs of a request (texts, or the records, which the task reads), and each record's own
     fields (None for a list of texts)."""
@@ -253,7 +258,8 @@ def _texts(body: Any) -> tuple[list[Any], list[dict[str, Any]] | None]:
         parsed = PredictRequest.model_validate(body)
     except ValidationError as error:
         first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        # A field name is the client's text: JSON-quoted unless plain, so the message stays one line.
+        where = ".".join(_field(part) for part in first["loc"]) or "the body"
         raise HTTPException(
             422, f"{where}: {first['msg']} ({len(error.errors())} problem(s) in all); {_USAGE}"
         ) from None

@@ -185,3 +185,10 @@ def test_no_request_body_gets_a_500(client: TestClient, body: bytes) -> None:
         assert isinstance(payload["records"], list)
     else:
         assert isinstance(payload["detail"], str) and "\n" not in payload["detail"]
+
+
+def test_a_field_name_holding_a_newline_is_quoted_in_the_one_line_answer(client: TestClient) -> None:
+    """Found by the fuzz test above: the name of an unknown field is the client's text."""
+    answer = post(client, json.dumps({"\n": None}).encode())
+    assert answer.status_code == 422
+    assert answer.json()["detail"].startswith('"\\n": ') and "\n" not in answer.json()["detail"]
