@@ -1,23 +1,32 @@
-"""Profile: where a bert-tasks training step on real SST-2 batches spends its time.
+"""Profile: where a bert-tasks training step spends its time, and how far it is from its own floor.
 
 Batches of the first `--rows` SST-2 train sentences, sorted by length and cut into batches of 32 (what
-length grouping gives the runner), through the default model under bf16 autocast with the runner's
-update: forward, backward, gradient clipping, fused AdamW. One untimed pass warms up; then the mean
-step time, and torch.profiler's self time per op over a second pass, grouped into GEMMs, the
-optimizer, zero fills, dtype casts and the rest. Run from the repo root:
+length grouping gives the runner), or `--shape 32x128` random full batches, through the default model
+under bf16 autocast with the runner's update: forward, backward, gradient clipping, fused AdamW. One
+untimed pass warms up; then the mean step time, and torch.profiler's self time per op over a second pass,
+grouped into GEMMs, the optimizer, zero fills, dtype casts and the rest.
 
-    OMP_NUM_THREADS=1 taskset -c 1 python bench/profile_step.py      # one core, ~1 min
+The floor is what the step cannot go below at equal arithmetic on this machine: every GEMM the profiled
+pass ran, re-timed alone at its shapes in bf16 (the median of repeats), plus one fused AdamW pass over
+the model's parameters, timed alone. The step's ratio to it is what fixed costs and small ops add.
+Run from the repo root:
+
+    python bench/profile_step.py                       # SST-2 batches, both cores, ~1 min
+    python bench/profile_step.py --shape 32x128        # full 32 x 128 batches
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from common import machine_line, quiet, read_tsv
+from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 from transformers import AutoTokenizer
 
@@ -33,6 +42,8 @@ GROUPS = {
     "dtype casts": ("aten::copy_",),
 }
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+#: Timed repeats of each isolated GEMM / optimizer pass; the median counts.
+FLOOR_REPEATS = 7
 
 
 def sst2_batches(train_file: Path, rows: int, batch_size: int) -> list[Batch]:
@@ -51,17 +62,70 @@ def sst2_batches(train_file: Path, rows: int, batch_size: int) -> list[Batch]:
     return batches
 
 
+def random_batches(shape: str, count: int) -> list[Batch]:
+    """`count` batches of random token ids, every position real, e.g. shape "32x128"."""
+    batch_size, length = (int(part) for part in shape.split("x"))
+    generator = torch.Generator().manual_seed(0)
+    return [
+        (
+            torch.randint(1000, 30000, (batch_size, length), generator=generator),
+            torch.ones(batch_size, length, dtype=torch.long),
+            torch.randint(0, 2, (batch_size,), generator=generator),
+        )
+        for _ in range(count)
+    ]
+
+
+def median_ms(fn: Callable[[], object]) -> float:
+    """The median wall time of `fn()` in ms over FLOOR_REPEATS calls, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(FLOOR_REPEATS):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def gemm_floor_ms(events: Sequence[FunctionEvent], steps: int) -> float:
+    """Per step: every profiled mm/addmm/bmm re-run alone at its shapes in bf16, times its count."""
+    counts: dict[tuple[str, tuple], int] = defaultdict(int)
+    for event in events:
+        if event.name in GROUPS["GEMMs"]:
+            counts[event.name, tuple(tuple(shape) for shape in event.input_shapes)] += 1
+    total = 0.0
+    for (name, shapes), count in counts.items():
+        inputs = [torch.randn(shape, dtype=torch.bfloat16) if shape else 1.0 for shape in shapes]
+        op = {"aten::mm": torch.mm, "aten::bmm": torch.bmm, "aten::addmm": torch.addmm}[name]
+        arguments = inputs[:3]  # addmm's beta/alpha scalars stay at their defaults
+        total += median_ms(lambda op=op, arguments=arguments: op(*arguments)) * count
+    return total / steps
+
+
+def optimizer_floor_ms(model: torch.nn.Module) -> float:
+    """One fused AdamW pass over copies of the model's parameters with random gradients."""
+    params = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters() if p.requires_grad]
+    for param in params:
+        param.grad = torch.randn_like(param)
+    optimizer = torch.optim.AdamW(params, lr=5e-5, fused=True)
+    return median_ms(optimizer.step)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-file", type=Path, default=Path("../shared/data/sst2/train.tsv"))
     parser.add_argument("--rows", type=int, default=512)
     parser.add_argument("--attention-dropout", type=float, default=0.0, help="the SST-2 recipe's 0")
+    parser.add_argument("--shape", help="random full batches, e.g. 32x128, instead of SST-2 sentences")
     parser.add_argument("--top", type=int, default=15, help="ops listed by self time")
     args = parser.parse_args()
     quiet()
     reuse_freed_memory()
     torch.manual_seed(0)
-    batches = sst2_batches(args.train_file, args.rows, batch_size=32)
+    if args.shape:
+        batches = random_batches(args.shape, count=8)
+    else:
+        batches = sst2_batches(args.train_file, args.rows, batch_size=32)
     model = load_model("all-MiniLM-L6-v2", "sentiment", ["negative", "positive"]).train()
     set_attention_dropout(model, args.attention_dropout)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)
@@ -81,9 +145,11 @@ def main() -> None:
     for batch in batches:
         step(batch)
     step_ms = (time.perf_counter() - start) / len(batches) * 1000
-    with profile() as profiler:
+    with profile(record_shapes=True) as profiler:
         for batch in batches:
             step(batch)
+    gemms_ms = gemm_floor_ms(profiler.events(), len(batches))
+    adamw_ms = optimizer_floor_ms(model)
     events = profiler.key_averages()
     total = sum(event.self_cpu_time_total for event in events)
     shares: dict[str, float] = defaultdict(float)
@@ -92,7 +158,13 @@ def main() -> None:
         shares[group] += event.self_cpu_time_total / total
     tokens = sum(int(mask.sum()) for _, mask, _ in batches) / len(batches)
     print(machine_line())
-    print(f"{len(batches)} batches of 32, {tokens:.0f} real tokens on average: {step_ms:.0f} ms a step")
+    size = len(batches[0][0])
+    print(f"{len(batches)} batches of {size}, {tokens:.0f} real tokens on average: {step_ms:.0f} ms a step")
+    floor_ms = gemms_ms + adamw_ms
+    print(
+        f"floor: GEMMs alone {gemms_ms:.0f} ms + one fused AdamW pass {adamw_ms:.0f} ms = {floor_ms:.0f} ms;"
+        f" the step is {step_ms / floor_ms:.2f}x its floor"
+    )
     for group in (*GROUPS, "other"):
         print(f"  {group}: {shares[group]:.0%}")
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.top))

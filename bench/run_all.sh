@@ -23,3 +23,4 @@ run precision python bench/precision.py --sentiment-model runs/sentiment_sst2 --
   --ner-model runs/ner_bc5cdr --ner-data ../shared/data/bc5cdr/test.tsv
 run finetune_ner_ncbi_disease python bench/finetune_ner.py --corpus ncbi_disease
 run finetune_ner_conll2003 python bench/finetune_ner.py --corpus conll2003
+run prune python bench/prune.py

@@ -29,11 +29,12 @@ from bert_tasks.config import DEFAULT_MODEL, Config
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.serve_settings import ServeSettings
 from bert_tasks.model_dir import QUANTIZE_METHODS
-from bert_tasks.runtime import configure_cli_process
+from bert_tasks.runtime import configure_cli_process, launched_processes
 from bert_tasks.tasks import task_names
 
 if TYPE_CHECKING:
     from bert_tasks.inference.predictor import Predictor
+    from bert_tasks.inference.stream import Check
     from bert_tasks.tasks.base import Task
 
 #: Pickle-based weights (pytorch_model.bin) can run arbitrary code when loaded: only on request.
@@ -48,6 +49,7 @@ SERVE_EXTRA = ("fastapi", "uvicorn", "starlette", "pydantic", "h11", "anyio")
 DTYPE_NAMES = ("fp32", "bf16", "fp16")
 #: What `bert-tasks export --format` writes: a torch checkpoint quantized on load, or an ONNX graph.
 EXPORT_FORMATS = ("torch", "onnx")
+_NOTHING_TO_PREDICT = "nothing to predict: give texts as arguments or --file FILE"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="key=value",
         help="how the file is read (e.g. text_column=x) or how the model reads it, instead of the saved "
-        "values (max_length, stride, NER's viterbi, label_all_subtokens)",
+        "values (max_length, stride, NER's viterbi, label_all_subtokens, word_splitter)",
     )
     evaluate.set_defaults(run=_evaluate, positionals="overrides")
 
@@ -172,7 +174,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("texts", nargs="*", metavar="TEXT")
     predict.add_argument("--model", help="saved model dir (default: runs/<task>)")
     predict.add_argument(
-        "--file", help="texts to label: one per line, or JSONL with a 'text' field; - reads standard input"
+        "--file",
+        help="texts to label: one per line, or JSONL with a 'text' field (ner: or 'tokens', a list of "
+        "words to tag one by one, with or without the 'text'); - reads standard input",
     )
     predict.add_argument("--json", action="store_true", help="one JSON object per text, for programs")
     predict.add_argument(
@@ -288,6 +292,31 @@ def _parser() -> argparse.ArgumentParser:
         help="onnx: texts to check the export against the model on (default: the task's demo data)",
     )
     export.set_defaults(run=_export, positionals="out")
+
+    prune = commands.add_parser(
+        "prune",
+        help="remove the least important attention heads, step by step (Michel et al. 2019)",
+        description="Score every head on the validation split, remove the lowest-scored ones in steps "
+        "(scoring again after each), optionally fine-tune to recover, and write a new model dir with "
+        "pruning.json and pruning.png.",
+    )
+    prune.add_argument("task", choices=tasks)
+    prune.add_argument("--model", help="saved model dir (default: runs/<task>)")
+    prune.add_argument(
+        "--heads",
+        required=True,
+        help="heads to remove: a fraction of the model's heads (0.5) or a count (36)",
+    )
+    prune.add_argument("--out", help="the new model dir (default: <model>-pruned-<N>, N heads removed)")
+    prune.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="steps=K (default: one per 10%% of the heads), recover_steps=S (default 0), and config keys "
+        "over the model's recipe.yaml: its data (validation_file=, ...) and, with recovery, training "
+        "(lr=, ...)",
+    )
+    prune.set_defaults(run=_prune, positionals="overrides")
 
     debug = commands.add_parser("debug", help="look at the data before training (debug data)")
     debug_commands = debug.add_subparsers(dest="debug_command", required=True)
@@ -405,22 +434,27 @@ def _predict(args: argparse.Namespace) -> None:
             )
         _predict_to_file(args)
         return
-    from bert_tasks.data.files import check_texts, prediction_input, text_records
-
-    records = [(f"text {n}", {"text": text}) for n, text in enumerate(args.texts, start=1)]
-    records += list(text_records(args.file)) if args.file else []
-    if not records:
-        raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
-    check_texts(args.texts)
+    processes = launched_processes()
+    if processes > 1:
+        raise BertTasksError(
+            f"predict across {processes} processes writes one file: give --out OUT.jsonl (and --file), "
+            "or run predict as a single process"
+        )
+    if not args.texts and not args.file:
+        raise BertTasksError(_NOTHING_TO_PREDICT)
     _check_batch_size(args)
     if args.json and args.format not in (None, "json"):
         raise BertTasksError(f"--json and --format {args.format} ask for two outputs; give one of them")
     output = args.format or ("json" if args.json else "text")
     model_dir = _checked_model_dir(args)
-    field = _pair_field(args, model_dir)
-    texts = [prediction_input(where, record, field, args.pair) for where, record in records]
+    from bert_tasks.inference.stream import prediction_inputs
+
+    given, _ = prediction_inputs(args.texts, args.file, _input_check(args, model_dir))
+    records = list(given)
+    if not records:  # an empty pipe
+        raise BertTasksError(_NOTHING_TO_PREDICT)
     if args.html is None:
-        _predict_and_print(args, model_dir, texts, output)
+        _predict_and_print(args, model_dir, records, output)
         return
     from pathlib import Path
 
@@ -429,18 +463,21 @@ def _predict(args: argparse.Namespace) -> None:
 
     task_class(args.task).check_page("predict")
     with page_output(args.html, "predict") as page:  # checked (and made) before the model loads
-        task, predictions = _predict_and_print(args, model_dir, texts, output)
+        task, predictions = _predict_and_print(args, model_dir, records, output)
+        texts = [task.shown_input(fields) for _, fields in records]
         with page.writing():
             write_atomically(Path(args.html), task.predictions_page(texts, predictions))
     logging.getLogger("bert_tasks.cli").info("predictions page written to %s", args.html)
 
 
 def _predict_and_print(
-    args: argparse.Namespace, model_dir: str, texts: list[str], output: str
+    args: argparse.Namespace, model_dir: str, records: list[tuple[str, dict[str, Any]]], output: str
 ) -> tuple[Task, list[Any]]:
-    """Predict `texts` and print them as `output` asks; return the task and the predictions."""
+    """Predict the input `records` (`file:line`, fields) and print them as `output` asks; return the task
+    and the predictions."""
     predictor = _predictor(args, model_dir)
-    predictions = predictor.predict(texts)
+    predictions = predictor.predict_inputs(records)
+    texts = [predictor.task.shown_input(fields) for _, fields in records]
     if output == "label-studio":
         from bert_tasks.data.annotation_tools import label_studio_tasks
 
@@ -456,18 +493,40 @@ def _predict_and_print(
 
 def _predict_to_file(args: argparse.Namespace) -> None:
     """`predict --out`: streamed, so a file of any size runs in bounded memory (inference/stream.py)."""
-    from bert_tasks.inference.stream import JsonlOutput, predict_to_jsonl, prediction_inputs
+    from bert_tasks.inference.stream import (
+        JsonlOutput,
+        check_output,
+        predict_to_jsonl,
+        prediction_inputs,
+    )
 
     if args.format not in (None, "json"):
         raise BertTasksError(f"--out writes JSON Lines, --format {args.format} prints; give one of them")
     if not args.texts and not args.file:
-        raise BertTasksError("nothing to predict: give texts as arguments or --file FILE")
+        raise BertTasksError(_NOTHING_TO_PREDICT)
     _check_batch_size(args)
+    processes = launched_processes()
+    if processes > 1 and args.file == "-":
+        raise BertTasksError(
+            f"--file -: standard input cannot be shared by the {processes} processes of a launch; "
+            "save it to a file and give its path, or run predict as a single process"
+        )
     model_dir = _checked_model_dir(args)
-    _pair_field(args, model_dir)
-    records, total = prediction_inputs(args.texts, args.file)  # a regular file: read through once here
-    with JsonlOutput(args.out, args.file) as out:
-        count = predict_to_jsonl(_predictor(args, model_dir), records, out, total, pair=args.pair)
+    check = _input_check(args, model_dir)
+    records, total = prediction_inputs(args.texts, args.file, check)  # a regular file: read through here
+    if processes > 1:
+        from bert_tasks.inference.across_processes import predict_across_processes
+
+        check_output(args.out, args.file)  # on every process: each must refuse what the main one would
+        shared = predict_across_processes(
+            lambda: _predictor(args, model_dir), records, args.out, args.file, total
+        )
+        if shared is None:  # not the main process: it wrote nothing and says nothing
+            return
+        count = shared
+    else:
+        with JsonlOutput(args.out, args.file) as out:
+            count = predict_to_jsonl(_predictor(args, model_dir), records, out, total)
     print(f"{count} predictions written to {args.out}")
 
 
@@ -485,17 +544,24 @@ def _checked_model_dir(args: argparse.Namespace) -> str:
     return model_dir
 
 
-def _pair_field(args: argparse.Namespace, model_dir: str) -> str | None:
-    """The field of the model's second text when it reads text pairs; `--pair` for a model that does not
-    is refused (before torch loads)."""
+def _input_check(args: argparse.Namespace, model_dir: str) -> Check:
+    """The model's task's check of each input record (before torch loads), with `--pair` filling a pair
+    model's second text where a record has none; `--pair` for a one-text model is refused."""
     from bert_tasks.model_dir import read_policy
 
-    field = read_policy(model_dir, args.task).make_task().pair_field
-    if args.pair is not None and field is None:
+    task = read_policy(model_dir, args.task).make_task()
+    field = task.pair_field
+    if args.pair is None:
+        return task.check_input
+    if field is None:
         raise BertTasksError(
             f"--pair: the model in {model_dir} reads one text per input, not text pairs; drop --pair"
         )
-    return field
+
+    def with_pair(where: str, record: dict[str, Any]) -> dict[str, Any]:
+        return task.check_input(where, record if field in record else {**record, field: args.pair})
+
+    return with_pair
 
 
 def _predictor(args: argparse.Namespace, model_dir: str) -> Predictor:
@@ -517,6 +583,13 @@ def _model_dir(args: argparse.Namespace) -> str:
             "or pass --model DIR"
         )
     return default
+
+
+def _prune(args: argparse.Namespace) -> None:
+    from bert_tasks.pruning import prune
+
+    out = prune(args.task, _model_dir(args), args.heads, args.out, args.overrides)
+    print(f"pruned model written to {out}")
 
 
 def _serve(args: argparse.Namespace) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT
+from bert_tasks.data.word_splitters import splitter_problem
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import task_class, task_names
 
@@ -31,6 +32,9 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 #: The bundled default's id on the Hugging Face Hub (what a model card names as its base model).
 DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MIXED_PRECISION = ("auto", "bf16", "fp16", "no")
+#: Which keys each token's attention may read: every one (BERT), those at or before it (causal, as a
+#: left-to-right language model), or those at or after it (right_to_left, the mirror). The first: default.
+ATTENTION_DIRECTIONS = ("bidirectional", "causal", "right_to_left")
 #: The experiment trackers `report_to` may name (through Accelerate; bert_tasks/training/trackers.py).
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 #: What `report_to` takes alone: tensorboard when installed, every installed tracker, none.
@@ -140,6 +144,12 @@ class Config:
         False, "NER: label every sub-token (B- becomes I- on continuations), not just the first"
     )
     viterbi: bool = _key(True, "NER: BIO-constrained Viterbi decoding (always valid BIO); false = argmax")
+    word_splitter: str | None = _key(
+        None,
+        "NER: how raw text is cut into words at prediction (and texts with spans when read): default, ptb, "
+        "social, whitespace or regex:<pattern>; none = what reproduces the training tokens best (else "
+        "default); saved with the model",
+    )
     class_weights: list[float] | str | None = dataclasses.field(
         default=None,
         metadata={
@@ -166,6 +176,11 @@ class Config:
     attention_dropout: float | None = _key(
         None,
         "dropout on attention probabilities (none = the model's); 0 lets long inputs use SDPA's flash kernel",
+    )
+    attention: str = _key(
+        ATTENTION_DIRECTIONS[0],
+        "which tokens each token attends to: bidirectional (all), causal (itself and those before it) or "
+        "right_to_left (itself and those after it); saved with the model",
     )
     allow_pickle: bool = _key(
         False, "also load pickle-based pytorch_model.bin weights (can run code: only from a source you trust)"
@@ -624,6 +639,12 @@ def _validate(cfg: Config) -> None:
             cfg.attention_dropout is None or 0.0 <= cfg.attention_dropout < 1.0,
             "must be in [0, 1) or none (keep the model's)",
         ),
+        (
+            "attention",
+            cfg.attention in ATTENTION_DIRECTIONS,
+            f"must be one of {', '.join(ATTENTION_DIRECTIONS)}",
+        ),
+        ("word_splitter", splitter_problem(cfg.word_splitter) is None, splitter_problem(cfg.word_splitter)),
         ("conll_tag_index", *_within(cfg.conll_tag_index, -MAX_CONLL_COLUMN, MAX_CONLL_COLUMN, "-1 = last")),
         ("seed", *_within(cfg.seed, 0, MAX_SEED, "numpy's seed range")),
         ("threads", *_within(cfg.threads, 1, MAX_THREADS, "or none")),

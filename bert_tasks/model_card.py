@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import platform
 import shlex
 from collections.abc import Collection, Sequence
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from bert_tasks.config import DEFAULT_MODEL_HUB_ID, Config
+from bert_tasks.config import ATTENTION_DIRECTIONS, DEFAULT_MODEL_HUB_ID, Config
 from bert_tasks.data.splits import SPLIT_FILES
 from bert_tasks.model_dir import ModelPolicy, label_names
 from bert_tasks.modeling.load import is_bundled_default
@@ -173,13 +174,15 @@ def export_card(
     not on this copy.
     """
     about = task.card(label_names(source_dir), policy)
+    head = pruned_head(source_dir)
     intro = [
         f"An {method.upper()} dynamic-quantized copy of the model `{source}`, written by "
         f"`bert-tasks export --quantize {method}`. The files hold the fp32 weights and "
         f'`"quantize": "{method}"` under `bert_tasks` in config.json: bert-tasks (predict, evaluate, '
         "`Predictor`) quantizes the encoder's Linear layers on load (int8 weights, one scale per output "
-        "channel, on CPU); vanilla transformers loads the fp32 model.",
-        *_usage_section(task.name, out_dir, policy, about, quantized=True),
+        "channel, on CPU); vanilla transformers loads the fp32 model"
+        + (" with the lines below that rebuild its pruned heads." if head else "."),
+        *_usage_section(task.name, out_dir, policy, about, quantized=True, head=head),
     ]
     return _copy_card(source_dir, out_dir, task, about, ["quantized", method], intro)
 
@@ -220,7 +223,8 @@ def onnx_export_card(
         "```",
         "",
         "Vanilla transformers cannot load this dir (it has no model.safetensors); onnxruntime alone runs "
-        "`model.onnx` on `input_ids`, `attention_mask` and `token_type_ids` (int64, [batch, tokens]) and "
+        "`model.onnx` on `input_ids`, `attention_mask` and, where the model takes them, `token_type_ids` "
+        "(int64, [batch, tokens]; `session.get_inputs()` names them) and "
         "returns `logits`, one window at a time without the task's merging of long inputs.",
     ]
     tags = ["onnx", *(["quantized", policy.quantize] if policy.quantize else [])]
@@ -228,10 +232,16 @@ def onnx_export_card(
 
 
 def _copy_card(
-    source_dir: Path, out_dir: Path, task: Task, about: TaskCard, tags: list[str], intro: list[str]
+    source_dir: Path,
+    out_dir: Path,
+    task: Task,
+    about: TaskCard,
+    tags: list[str],
+    intro: list[str],
+    source_is: str = "the fp32 model",
 ) -> ModelCard:
-    """An export's card: the source's metadata without its scores (measured on the source, not on this
-    copy) plus `tags`, then `intro`, then the source's own card."""
+    """An export's (or a pruned copy's) card: the source's metadata without its scores (measured on the
+    source, `source_is`, not on this copy) plus `tags`, then `intro`, then the source's own card."""
     original = _source_card(source_dir / MODEL_CARD)
     kept = {k: v for k, v in original.data.to_dict().items() if k != "model-index"} if original else {}
     data = ModelCardData(**kept)
@@ -242,7 +252,7 @@ def _copy_card(
         "",
         intro[0],
         "",
-        "Scores in the source's card below were measured on the fp32 model, not on this copy; measure it "
+        f"Scores in the source's card below were measured on {source_is}, not on this copy; measure it "
         f"with `bert-tasks evaluate {task.name} --model {shlex.quote(str(out_dir))} --data FILE`.",
         *intro[1:],
     ]
@@ -447,12 +457,30 @@ def _limits_section(cfg: Config, about: TaskCard) -> list[str]:
         "- Expect lower scores on text unlike the training data (another domain, time, language or "
         "annotation guideline); the scores above hold for the splits they name only.",
         *(f"- {limit}" for limit in about.limits),
+        *([_direction_limit(cfg.attention)] if cfg.attention != ATTENTION_DIRECTIONS[0] else []),
     ]
 
 
+def _direction_limit(direction: str) -> str:
+    """A causal or right_to_left model runs so only where something reads its policy."""
+    return (
+        f"- Trained with `attention={direction}`: bert-tasks runs it so (the policy in config.json records "
+        "it); vanilla transformers knows no attention direction and runs it bidirectionally, on inputs "
+        "it never saw so: its predictions there are not the ones scored above."
+    )
+
+
 def _usage_section(
-    task: str, directory: Path, policy: ModelPolicy, about: TaskCard, *, quantized: bool
+    task: str,
+    directory: Path,
+    policy: ModelPolicy,
+    about: TaskCard,
+    *,
+    quantized: bool,
+    head: str | None = None,
 ) -> list[str]:
+    """How to run the dir with bert-tasks and with vanilla transformers; `head`: the dir's head class when
+    its heads are pruned (vanilla transformers 5 then needs the lines that rebuild the pruned shapes)."""
     where = str(directory)
     lines = [
         "",
@@ -478,6 +506,8 @@ def _usage_section(
     if about.pipeline_tag is None:
         return [*lines, "", "No transformers pipeline runs this task."]
     options = "".join(f", {key}={value!r}" for key, value in about.pipeline_options.items())
+    if head is not None:
+        return [*lines, *_vanilla_pruned_section(head, where, policy, about, options, quantized)]
     return [
         *lines,
         "",
@@ -534,3 +564,114 @@ def _demoted(lines: list[str]) -> list[str]:
             fenced = not fenced
         out.append("#" + line if not fenced and line.startswith("#") else line)
     return out
+
+
+def pruned_head(directory: Path) -> str | None:
+    """The head class of a model dir whose config.json prunes heads; None for a dir with every head."""
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    if not config.get("pruned_heads"):
+        return None
+    return (config.get("architectures") or ["BertModel"])[0]
+
+
+def vanilla_pruned_code(head: str, where: str) -> list[str]:
+    """Python lines that load a head-pruned dir in vanilla transformers 5, as `model`.
+
+    transformers 5 builds every attention at full size whatever config.json's `pruned_heads` says (the
+    key is kept as a plain attribute; no model code reads it), so `from_pretrained` refuses the smaller
+    weights. Its BERT attention takes the head count from the projection size, so shrinking the four
+    Linear layers per config.pruned_heads, as transformers 4 did on load, then loading the weights, works.
+    """
+    return [
+        "import torch",
+        "from safetensors.torch import load_file",
+        f"from transformers import AutoConfig, {head}",
+        "from transformers.pytorch_utils import prune_linear_layer",
+        "",
+        f"path = {json.dumps(where)}",
+        "config = AutoConfig.from_pretrained(path)",
+        f"model = {head}(config)",
+        "for layer, heads in config.pruned_heads.items():  # the shapes transformers 4 rebuilt on load",
+        "    attention = model.base_model.encoder.layer[int(layer)].attention",
+        "    size = attention.self.attention_head_size",
+        "    kept = [h for h in range(config.num_attention_heads) if h not in heads]",
+        "    index = torch.tensor([h * size + i for h in kept for i in range(size)])",
+        '    for name in ("query", "key", "value"):',
+        "        setattr(attention.self, name, prune_linear_layer(getattr(attention.self, name), index))",
+        "    attention.output.dense = prune_linear_layer(attention.output.dense, index, dim=1)",
+        'model.load_state_dict(load_file(f"{path}/model.safetensors"))',
+        "model.eval()",
+    ]
+
+
+def _vanilla_pruned_section(
+    head: str, where: str, policy: ModelPolicy, about: TaskCard, options: str, quantized: bool
+) -> list[str]:
+    return [
+        "",
+        "With vanilla transformers 5 (no bert-tasks installed"
+        + (", fp32: the int8 quantization is bert-tasks'" if quantized else "")
+        + "): `from_pretrained` refuses this dir, since transformers 5 no longer builds the pruned shapes "
+        "config.json's `pruned_heads` describes (it raises a size mismatch; with "
+        "`ignore_mismatched_sizes=True` it would run the pruned layers on random weights). These lines "
+        "rebuild them and load the weights:",
+        "",
+        "```python",
+        *vanilla_pruned_code(head, where),
+        "",
+        "from transformers import AutoTokenizer, pipeline",
+        "",
+        f"tokenizer = AutoTokenizer.from_pretrained(path, model_max_length={policy.max_length})",
+        f"predict = pipeline({about.pipeline_tag!r}, model=model, tokenizer=tokenizer{options})",
+        f"print(predict({about.example!r}))",
+        "```",
+    ]
+
+
+def pruned_card(
+    source_dir: Path, out_dir: Path, task: Task, policy: ModelPolicy, record: dict[str, Any]
+) -> ModelCard:
+    """The card of `bert-tasks prune`'s dir: which heads went and how they were chosen, the score after each
+    step (and after recovery), how to load it (bert-tasks, and vanilla transformers 5), then the source's
+    card."""
+    about = task.card(label_names(out_dir), policy)
+    heads, steps, metric = record["heads"], record["steps"], record["metric"]
+    recovery = record.get("recovery")
+    test = "test" in steps[-1]
+    rows = [
+        f"| {number} | {step['heads_kept']} | {step['validation'][metric]:.4f} | "
+        + (f"{step['test'][metric]:.4f} |" if "test" in step else "– |")
+        for number, step in enumerate(steps)
+    ]
+    if recovery is not None:
+        rows.append(
+            f"| recovery ({recovery['steps']} updates) | {steps[-1]['heads_kept']} | "
+            f"{recovery['validation'][metric]:.4f} | "
+            + (f"{recovery['test'][metric]:.4f} |" if "test" in recovery else "– |")
+        )
+    intro = [
+        f"A head-pruned copy of the model `{source_dir}`, written by `bert-tasks prune`: "
+        f"{heads['removed']} of its {heads['before']} attention heads removed in {len(steps) - 1} "
+        "step(s), the least important first: the expected |dL/dgate| of a gate on each head's output "
+        "over the validation split, normalised per layer (Michel et al. 2019), measured again after each "
+        "step; no layer loses its last head"
+        + (
+            f". Then {recovery['steps']} updates of fine-tuning recovered what pruning cost "
+            "(`train_log.jsonl`, `training_curves.png`)."
+            if recovery is not None
+            else "."
+        )
+        + " config.json's `pruned_heads` names the removed heads per layer (original numbering); the "
+        "weights hold the smaller shapes. Each step is in `pruning.json` and `pruning.png`.",
+        "",
+        "## Scores after each step",
+        "",
+        f"| step | heads kept | validation {metric} | test {metric} |",
+        "| --- | --- | --- | --- |",
+        *rows,
+        "",
+        "Validation chose the heads and scores every step, so its numbers are optimistic"
+        + ("; test is held out." if test else "."),
+        *_usage_section(task.name, out_dir, policy, about, quantized=False, head=pruned_head(out_dir)),
+    ]
+    return _copy_card(source_dir, out_dir, task, about, ["pruned"], intro, "the unpruned model")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.config import MAX_POSITIONS, Config
+from bert_tasks.config import ATTENTION_DIRECTIONS, MAX_POSITIONS, Config
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import task_class, task_names, task_of_architecture
 
@@ -37,6 +38,10 @@ QUANTIZE_METHODS = ("int8",)
 #: What runs a model dir's weights: transformers' BERT on torch (model.safetensors), or onnxruntime
 #: (model.onnx, written by `bert-tasks export --format onnx`). The first is the default.
 BACKENDS = ("torch", "onnx")
+#: Where transformers' classification heads keep their output layer: `classifier` (BERT, DistilBERT,
+#: DeBERTa, ModernBERT, every token head) or `classifier.out_proj` (RoBERTa-style sentence heads: RoBERTa,
+#: XLM-R, ELECTRA).
+_CLASSIFIER_OUTPUTS = ("classifier.weight", "classifier.out_proj.weight")
 #: The overlap prediction used for dirs without a policy.
 _DEFAULT_STRIDE = 32
 _CONFIG_TYPES = typing.get_type_hints(Config)
@@ -63,6 +68,9 @@ class ModelPolicy:
     quantize: str | None = None
     #: What runs the weights (one of `BACKENDS`).
     backend: str = "torch"
+    #: Which keys each token attends to (one of `ATTENTION_DIRECTIONS`): the model was trained so and
+    #: must run so. Vanilla transformers knows nothing of it and runs every dir bidirectionally.
+    attention: str = ATTENTION_DIRECTIONS[0]
 
     @classmethod
     def for_run(cls, cfg: Config, options: dict[str, Any] | None = None) -> ModelPolicy:
@@ -70,7 +78,13 @@ class ModelPolicy:
         (sentiment's `multi_label` left unset) and validation tuned them (its thresholds)."""
         if options is None:
             options = {key: getattr(cfg, key) for key in task_class(cfg.task).options}
-        return cls(task=cfg.task, max_length=cfg.max_length, stride=cfg.stride, task_options=dict(options))
+        return cls(
+            task=cfg.task,
+            max_length=cfg.max_length,
+            stride=cfg.stride,
+            task_options=dict(options),
+            attention=cfg.attention,
+        )
 
     def make_task(self) -> Task:
         """The task, built with the options this policy saved."""
@@ -78,11 +92,14 @@ class ModelPolicy:
 
     def to_json(self) -> dict[str, Any]:
         """The flat JSON object older versions wrote too: task, max_length, stride, options, quantize; the
-        backend only when it is not torch, so torch dirs read in older versions unchanged."""
+        backend and the attention only when they are not the defaults, so torch bidirectional dirs read in
+        older versions unchanged (and an older version refuses a causal dir rather than run it wrongly)."""
         data = {"task": self.task, "max_length": self.max_length, "stride": self.stride, **self.task_options}
         if self.quantize is not None:
             data["quantize"] = self.quantize
-        return data if self.backend == BACKENDS[0] else {**data, "backend": self.backend}
+        if self.backend != BACKENDS[0]:
+            data["backend"] = self.backend
+        return data if self.attention == ATTENTION_DIRECTIONS[0] else {**data, "attention": self.attention}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> ModelPolicy:
@@ -99,6 +116,10 @@ class ModelPolicy:
         for key in task.options:
             if key in data:
                 options[key] = _typed(data, key, where)
+        try:
+            task(**options)  # the task's own checks of its option values (NER: the word splitter)
+        except BertTasksError as error:
+            raise _bad(where, f"'{POLICY_KEY}': {error}") from None
         quantize = data.get("quantize")
         if quantize is not None and quantize not in QUANTIZE_METHODS:
             raise _bad(
@@ -111,7 +132,22 @@ class ModelPolicy:
         unknown = sorted(set(data) - known)
         if unknown:
             raise _bad(where, f"unknown key '{POLICY_KEY}.{unknown[0]}' (written by a newer bert-tasks?)")
-        return cls(name, max_length, stride, options, quantize, backend)
+        return cls(name, max_length, stride, options, quantize, backend, saved_attention(data, where))
+
+
+def saved_attention(policy: Any, where: str) -> str:
+    """The attention direction a config.json's policy (None: it has none) records; bidirectional for dirs
+    without one (older dirs, base models, dirs fine-tuned elsewhere). Needs no torch."""
+    if policy is None:
+        return ATTENTION_DIRECTIONS[0]
+    if not isinstance(policy, dict):
+        raise _bad(where, f"'{POLICY_KEY}' is {type(policy).__name__}, not an object")
+    direction = policy.get("attention", ATTENTION_DIRECTIONS[0])
+    if direction not in ATTENTION_DIRECTIONS:
+        raise _bad(
+            where, f"'{POLICY_KEY}.attention' is {direction!r}, not one of {', '.join(ATTENTION_DIRECTIONS)}"
+        )
+    return direction
 
 
 def read_policy(model_dir: str | Path, expected_task: str | None = None) -> ModelPolicy:
@@ -142,7 +178,7 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
 
 @dataclass
 class FinetunedModel:
-    """A loaded model dir: the patched model in eval mode, its tokenizer, task, policy and labels."""
+    """A loaded model dir: the model in eval mode (BERT patched), its tokenizer, task, policy and labels."""
 
     directory: Path
     model: PreTrainedModel
@@ -155,7 +191,7 @@ class FinetunedModel:
 def load_finetuned(
     model_dir: str | Path, expected_task: str | None = None, *, allow_pickle: bool = False
 ) -> FinetunedModel:
-    """Open a fine-tuned model dir for prediction, evaluation or export: checked, loaded, patched.
+    """Open a fine-tuned model dir for prediction, evaluation or export: checked, loaded (BERT patched).
 
     The weights are loaded as saved (a policy's `quantize` is applied by the consumer that runs them).
 
@@ -176,11 +212,13 @@ def load_finetuned(
     labels = label_names(path)
     _check_labels(path, labels)
     _check_weights_match_labels(path, len(labels))
-    tokenizer = load_tokenizer(path)
-    # complete: every weight of the head must be in the file, so no part of it runs on random values.
-    model = load_model(path, policy.task, allow_pickle=allow_pickle, complete=True).eval()
-    check_tokenizer_fits(tokenizer, model, path)
     task = policy.make_task()
+    tokenizer = load_tokenizer(path, **task.tokenizer_options)
+    # complete: every weight of the head must be in the file, so no part of it runs on random values.
+    model = load_model(
+        path, policy.task, allow_pickle=allow_pickle, complete=True, attention=policy.attention
+    ).eval()
+    check_tokenizer_fits(tokenizer, model, path)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     return FinetunedModel(path, model, tokenizer, task, policy, id2label)
 
@@ -286,10 +324,10 @@ def _integer(data: dict[str, Any], key: str, where: str, low: int, high: int) ->
 def _typed(data: dict[str, Any], key: str, where: str) -> Any:
     """A task option, checked against the type its config key has (None where the key is optional)."""
     value, expected = data[key], _CONFIG_TYPES[key]
-    args = typing.get_args(expected)
+    args = typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)
     if value is None and type(None) in args:
         return value
-    kinds = [kind for kind in args if kind is not type(None)] or [expected]
+    kinds = [kind for kind in args if kind is not type(None)]
     if not any(_is_a(value, kind) for kind in kinds):
         wanted = {bool: "true/false", int: "a number", float: "a number", str: "a string"}
         named = " or ".join(wanted.get(kind, "a list of numbers") for kind in kinds)
@@ -298,14 +336,17 @@ def _typed(data: dict[str, Any], key: str, where: str) -> Any:
 
 
 def _is_a(value: Any, kind: Any) -> bool:
-    """Whether a JSON value is of a config type: a bool, number, string, or a list of numbers."""
+    """Whether a JSON value is of a config type: a bool, number, string, or a list of numbers (the only
+    list an option holds: sentiment's thresholds and round_to)."""
     if kind is bool:
         return isinstance(value, bool)
     if kind in (int, float):
         return isinstance(value, int | float) and not isinstance(value, bool)
     if kind is str:
         return isinstance(value, str)
-    return isinstance(value, list) and all(_is_a(item, float) for item in value)
+    if typing.get_origin(kind) is list:
+        return isinstance(value, list) and all(_is_a(item, float) for item in value)
+    return True  # a kind no option has yet: the task's own check judges it
 
 
 def _bad(where: str, what: str) -> BertTasksError:
@@ -360,7 +401,8 @@ def _check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
     try:
         with safe_open(weights, "pt") as file:
             names = set(file.keys())
-            head = file.get_slice("classifier.weight").get_shape() if "classifier.weight" in names else None
+            output = next((name for name in _CLASSIFIER_OUTPUTS if name in names), None)
+            head = file.get_slice(output).get_shape() if output is not None else None
     except SafetensorError as error:
         raise BertTasksError(
             f"model dir {model_dir}: model.safetensors is damaged ({error}); the dir is half-written, "

@@ -20,6 +20,24 @@ _M_MMAP_MAX = -4
 _TRIM_ABOVE = 1 << 30
 
 
+#: Where launchers put the number of processes of a launch, in the order Accelerate's PartialState reads
+#: them: the MPI launchers' variables, then WORLD_SIZE (torchrun, `accelerate launch`).
+_PROCESS_COUNT_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "WORLD_SIZE")
+
+
+def launched_processes() -> int:
+    """How many processes the launch that started this one has: 1 without a launcher.
+
+    Read from the launcher's environment, so a command can refuse what several processes cannot do
+    before torch loads (Accelerate's own reader, `get_int_from_env`, imports torch).
+    """
+    for name in _PROCESS_COUNT_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return max(int(value), 1)
+    return 1
+
+
 def progress_bars_wanted() -> bool:
     """Progress bars go with the library's INFO lines: `--quiet` (or a `bert_tasks` logger set to WARNING
     or above by a program) hides both; a logger left unset, as in a notebook, shows them."""

@@ -174,14 +174,20 @@ def at_real_tokens(per_token: torch.Tensor, attention_mask: torch.Tensor) -> tor
 
 
 def assert_same_training_step(
-    stock: torch.nn.Module, patched: torch.nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor
+    stock: torch.nn.Module,
+    patched: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    labels: torch.Tensor,
+    stock_batch: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """One forward + backward in train mode on each model: equal losses and equal gradients for every
-    parameter (the fused `qkv` against stock's query, key and value gradients, concatenated)."""
+    parameter (the fused `qkv` against stock's query, key and value gradients, concatenated).
+
+    `stock_batch`: what stock reads instead of `batch` (e.g. a hand-built 4-D mask)."""
     losses = []
-    for model in (stock, patched):
+    for model, inputs in ((stock, stock_batch or batch), (patched, batch)):
         model.train()
-        loss = model(**batch, labels=labels).loss
+        loss = model(**inputs, labels=labels).loss
         loss.backward()
         losses.append(loss)
     torch.testing.assert_close(losses[1], losses[0], atol=0, rtol=1e-4)

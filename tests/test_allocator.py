@@ -42,6 +42,7 @@ def test_only_the_cli_turns_it_on(sentiment_run: Path) -> None:
     assert (lines[0], lines[-1]) == ("0", "1")
 
 
+@pytest.mark.slow
 def test_the_cli_lets_openmp_threads_sleep_and_a_users_setting_wins() -> None:
     """Set before torch starts OpenMP (it reads the variable once); after `import torch` it cannot apply."""
     script = (

@@ -63,6 +63,7 @@ def test_one_head_is_a_labelled_heatmap_of_the_expected_size(tiny_model: Path, t
     torch.testing.assert_close(maps.probs[1, 2].sum(-1), torch.ones(n_tokens))
 
 
+@pytest.mark.slow
 def test_grid_of_heads_and_overview_of_layers(tiny_model: Path, tmp_path: Path) -> None:
     """No head: the layer's 4 heads in one row; layer "all": 2 layers x 4 heads; one head: a column."""
     heads, maps = draw_attention(TEXT, tiny_model, layer=0, out=tmp_path / "heads.png")

@@ -329,6 +329,7 @@ PATHS = table(
 
 
 @pytest.mark.parametrize("name", names(PATHS))
+@pytest.mark.slow
 def test_paths(name: str, place: Place) -> None:
     check(PATHS, name, place)
 
@@ -354,6 +355,7 @@ def unwritable(path: Path) -> Iterator[str]:
         subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
+@pytest.mark.slow
 def test_unwritable_dirs_for_every_output(place: Place) -> None:
     """finetune's output_dir, evaluate --out and export OUT in a folder nobody may write to: one line each
     naming the path and the OS's reason; the folder stays empty."""
@@ -458,6 +460,7 @@ BYTES = table(
 
 
 @pytest.mark.parametrize("name", names(BYTES))
+@pytest.mark.slow
 def test_bytes(name: str, place: Place) -> None:
     check(BYTES, name, place)
 
@@ -552,6 +555,7 @@ CONFIG = table(
 
 
 @pytest.mark.parametrize("name", names(CONFIG))
+@pytest.mark.slow
 def test_numbers_and_config_edges(name: str, place: Place) -> None:
     check(CONFIG, name, place)
 
@@ -669,6 +673,7 @@ SILENT = table(
 
 
 @pytest.mark.parametrize("name", names(SILENT))
+@pytest.mark.slow
 def test_silently_wrong_results_are_refused(name: str, place: Place) -> None:
     check(SILENT, name, place)
 
@@ -707,6 +712,7 @@ POLICIES: dict[str, tuple[Callable[[Path], None], list[str], str]] = {
 
 
 @pytest.mark.parametrize("case", POLICIES)
+@pytest.mark.slow
 def test_a_saved_policy_of_wrong_type_or_range(case: str, place: Place) -> None:
     """Answered from config.json before torch loads, by predict, evaluate and export alike."""
     edit, command, says = POLICIES[case]

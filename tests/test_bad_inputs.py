@@ -173,11 +173,11 @@ def negative_lr(p: Place) -> Case:
     return finetune(p, "sentiment", "bad config: lr=-0.0001, must be > 0", lr=-1e-4)
 
 
-def base_model_not_bert(p: Place) -> Case:
-    folder = p.tmp / "roberta"
+def base_model_not_an_encoder(p: Place) -> Case:
+    folder = p.tmp / "gpt2"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "roberta"}))
-    expected = f"model {folder}: model_type is 'roberta', not 'bert'"
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    expected = f"model {folder}: model_type 'gpt2' is not a BERT-family encoder"
     return finetune(p, "sentiment", expected, model=folder)
 
 
@@ -264,7 +264,7 @@ CASES: dict[str, Callable[[Place], Case]] = {
         recipe_wrong_type,
         batch_size_zero,
         negative_lr,
-        base_model_not_bert,
+        base_model_not_an_encoder,
         base_model_half_written,
         predict_empty_text,
         predict_whitespace_text,
@@ -286,6 +286,7 @@ def place(tmp_path: Path, tiny_model: Path, sentiment_run: Path, tagger_dir: Pat
 
 
 @pytest.mark.parametrize("name", CASES)
+@pytest.mark.slow
 def test_bad_input_is_one_line_from_cli_and_library(
     name: str, place: Place, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -303,6 +304,7 @@ def test_bad_input_is_one_line_from_cli_and_library(
     assert not (place.tmp / "out").exists(), "a finetune that failed on its input left an output dir"
 
 
+@pytest.mark.slow
 def test_overwrite_with_bad_input_keeps_the_previous_run(
     place: Place, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -317,6 +319,7 @@ def test_overwrite_with_bad_input_keeps_the_previous_run(
     assert sorted(path.name for path in previous.iterdir()) == ["model.safetensors", "recipe.yaml"]
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback_of_a_bad_input(place: Place) -> None:
     """--debug re-raises the same error, for a traceback."""
     case = missing_file(place)
@@ -400,6 +403,7 @@ def as_pickle_weights(model: Path) -> Path:
     return model
 
 
+@pytest.mark.slow
 def test_pickle_weights_load_when_asked_for(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
     """The opt-in exists everywhere: --allow-pickle (predict), allow_pickle=true (finetune), Python."""
     model = as_pickle_weights(place.copy_of_ner("pickled"))
@@ -430,6 +434,7 @@ def without_scores(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{key: value for key, value in entity.items() if key != "score"} for entity in entities]
 
 
+@pytest.mark.slow
 def test_100k_character_text_finds_every_entity_at_its_offsets(
     tagger_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

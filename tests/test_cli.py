@@ -63,6 +63,7 @@ def error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 @pytest.mark.parametrize("quiet", [False, True])
+@pytest.mark.slow
 def test_quiet_hides_the_progress_bars_with_the_log(
     quiet: bool, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -74,6 +75,7 @@ def test_quiet_hides_the_progress_bars_with_the_log(
     assert ("train:" in stderr) is not quiet and ("model saved to" in stderr) is not quiet, stderr
 
 
+@pytest.mark.slow
 def test_finetune_recipe_then_overrides(tiny_model: Path, tmp_path: Path) -> None:
     """YAML recipe values apply, key=value overrides win over them, and the run saves the merged config."""
     out = tmp_path / "run"
@@ -99,6 +101,7 @@ def test_finetune_recipe_then_overrides(tiny_model: Path, tmp_path: Path) -> Non
     assert train_steps(out) == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_finetune_refuses_a_used_dir_then_overwrites(
     sentiment_dir: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -144,6 +147,7 @@ def test_argparse_mistakes_exit_2(argv: list[str], capsys: pytest.CaptureFixture
     assert "usage: bert-tasks" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_predict_table(sentiment_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The default output is a table: a header, then label, probability and text per input."""
     texts = ["Loved every minute of it.", "The battery died after a day."]
@@ -157,6 +161,7 @@ def test_predict_table(sentiment_dir: Path, capsys: pytest.CaptureFixture[str]) 
         assert label in LABELS["sentiment"] and 0.5 <= float(score) <= 1.0 and rest == text
 
 
+@pytest.mark.slow
 def test_predict_json_lines(sentiment_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--json prints exactly one JSON object per text, in input order, unicode kept as is."""
     texts = ["Très bien ☺", "Awful.", "Fine, I guess."]
@@ -171,6 +176,7 @@ def test_predict_json_lines(sentiment_dir: Path, capsys: pytest.CaptureFixture[s
         assert sum(record["scores"].values()) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_predict_ner_json_and_table(ner_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """NER --json gives entities with exact offsets; the table marks them in the text."""
     capsys.readouterr()
@@ -328,6 +334,7 @@ def test_evaluate_sentiment_writes_metrics_and_confusion_matrix(
     assert (tmp_path / "confusion_matrix.png").read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 def test_evaluate_ner_defaults_to_a_dir_inside_the_model(
     ner_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -50,6 +50,11 @@ def probe(argv: list[str], cwd: Path) -> dict[str, object]:
         (["finetune", "--help"], 0, ""),
         (["finetune", "sentiment", "learning_rat=3e-5"], 1, "unknown config key 'learning_rat'"),
         (["finetune", "ner", "lr=abc"], 1, "lr='abc' on the command line: expected a number"),
+        (
+            ["finetune", "ner", "attention=sideways"],
+            1,
+            "attention='sideways', must be one of bidirectional, causal, right_to_left",
+        ),
         (["finetune", "sentiment", "--recipe", "missing.yaml"], 1, "recipe not found"),
         (["finetune", "sentiment", "train_file=missing.csv"], 1, "missing.csv: file not found"),
         (["finetune", "sentiment", "train_file=bad.csv"], 1, "bad.csv:1: header has columns"),
@@ -63,6 +68,7 @@ def probe(argv: list[str], cwd: Path) -> dict[str, object]:
         (["debug", "data", "ner", "max_length=1000"], 1, "max_length=1000, must be >= 8 and <= 512"),
     ],
 )
+@pytest.mark.slow
 def test_answers_come_before_torch_and_transformers(
     tmp_path: Path, argv: list[str], status: int, message: str
 ) -> None:
@@ -74,6 +80,7 @@ def test_answers_come_before_torch_and_transformers(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_class_weights_of_the_wrong_length_are_answered_once_the_data_is_read(tmp_path: Path) -> None:
     """The label count comes from the training data (read with datasets), never from a model."""
     argv = ["finetune", "sentiment", "class_weights=[1,2,3]", f"output_dir={tmp_path / 'out'}"]

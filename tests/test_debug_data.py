@@ -208,6 +208,7 @@ print(json.dumps({"status": status, "bert_code": "transformers.models.bert.model
 """
 
 
+@pytest.mark.slow
 def test_a_model_dir_without_weights_is_enough(tmp_path: Path) -> None:
     from transformers import BertConfig
 

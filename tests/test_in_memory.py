@@ -53,6 +53,7 @@ def from_file(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.mark.parametrize("form", ["records", "dataframe", "dataset"])
+@pytest.mark.slow
 def test_sentiment_in_memory_trains_the_weights_the_file_trains(
     form: str, from_file: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -75,6 +76,7 @@ def test_sentiment_in_memory_trains_the_weights_the_file_trains(
     assert yaml.safe_load(recipe)["train_file"] is None
 
 
+@pytest.mark.slow
 def test_one_split_is_the_training_data_and_the_demo_files_go_unused(
     tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -89,6 +91,7 @@ def test_one_split_is_the_training_data_and_the_demo_files_go_unused(
     assert yaml.safe_load((run / "recipe.yaml").read_text())["validation_file"] is None
 
 
+@pytest.mark.slow
 def test_ner_in_memory_dataset_with_class_label_tags_trains_the_weights_the_file_trains(
     tiny_model: Path, tmp_path: Path
 ) -> None:

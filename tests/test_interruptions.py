@@ -170,6 +170,7 @@ def without_throughput(record: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in record.items() if key != "examples_per_s"}
 
 
+@pytest.mark.slow
 def test_uninterrupted_run_keeps_the_newest_checkpoints(uninterrupted: Path) -> None:
     """save_every=3 and save_each_epoch (5 updates each) write 3, 5 and 6; keep_checkpoints=2 keeps 5, 6."""
     names = sorted(path.name for path in (uninterrupted / "checkpoints").iterdir())
@@ -177,6 +178,7 @@ def test_uninterrupted_run_keeps_the_newest_checkpoints(uninterrupted: Path) -> 
     assert [record["step"] for record in read_log(uninterrupted) if "loss" in record] == [4, 8]
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_is_refused(uninterrupted: Path, tiny_model: Path, tmp_path: Path) -> None:
     """A finished run still has checkpoints, but --resume has nothing to continue: it says so."""
     run = shutil.copytree(uninterrupted, tmp_path / "run")

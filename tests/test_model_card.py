@@ -137,6 +137,7 @@ def test_the_card_is_in_the_manifest(run: Path) -> None:
     assert MODEL_CARD in json.loads((run / MANIFEST).read_text())["entries"]
 
 
+@pytest.mark.slow
 def test_the_recipe_records_the_precision_used_and_reruns_to_an_equal_config(
     reproduced: tuple[Path, Path],
 ) -> None:
@@ -153,6 +154,7 @@ def test_the_recipe_records_the_precision_used_and_reruns_to_an_equal_config(
     assert card_scores(ModelCard.load(second / MODEL_CARD)) == scalar_scores(metrics)
 
 
+@pytest.mark.slow
 def test_the_card_says_which_split_selected_the_model_and_which_is_held_out(
     reproduced: tuple[Path, Path],
 ) -> None:
@@ -164,6 +166,7 @@ def test_the_card_says_which_split_selected_the_model_and_which_is_held_out(
     assert "| test |" in card.text  # the test file is listed with its hash too
 
 
+@pytest.mark.slow
 def test_a_users_readme_added_to_the_run_dir_is_kept(
     tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

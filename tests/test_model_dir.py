@@ -32,11 +32,13 @@ def test_policy_of_a_run_round_trips(ner_run: Path) -> None:
     cfg = load_recipe(ner_run / "recipe.yaml")
     policy = read_policy(ner_run, "ner")
     assert policy == ModelPolicy.for_run(cfg)
-    assert policy.task_options == {"label_all_subtokens": False, "viterbi": True}
+    # the tiny run trains on CoNLL tokens split as `default` splits their text: inferred and saved
+    assert policy.task_options == {"label_all_subtokens": False, "viterbi": True, "word_splitter": "default"}
     assert ModelPolicy.from_json(policy.to_json(), "x") == policy
 
 
 @pytest.mark.parametrize("task", ["sentiment", "ner"])
+@pytest.mark.slow
 def test_a_dir_saved_by_the_previous_version_predicts_the_same(
     task: str, sentiment_run: Path, ner_run: Path, tmp_path: Path
 ) -> None:
@@ -75,6 +77,10 @@ def test_a_dir_fine_tuned_elsewhere_gets_its_task_from_the_head(ner_run: Path, t
             "'bert_tasks.quantize' is 'int4', not one of int8",
         ),
         ({**OLD_POLICY, "task": "ner", "pooling": "mean"}, "unknown key 'bert_tasks.pooling'"),
+        (
+            {**OLD_POLICY, "task": "ner", "attention": "left"},
+            "'bert_tasks.attention' is 'left', not one of bidirectional, causal, right_to_left",
+        ),
     ],
 )
 def test_a_bad_policy_is_one_line_before_any_model_loads(

@@ -106,6 +106,7 @@ MISFITS: dict[str, tuple[Callable[[Path], Path], str]] = {
 
 
 @pytest.mark.parametrize("case", MISFITS)
+@pytest.mark.slow
 def test_a_fine_tuned_dir_whose_weights_do_not_match_is_refused(
     case: str, ner_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,6 +121,7 @@ def test_a_fine_tuned_dir_whose_weights_do_not_match_is_refused(
 
 
 @pytest.mark.parametrize("case", ["config says more layers", "renamed encoder keys", "another hidden size"])
+@pytest.mark.slow
 def test_a_base_model_whose_weights_do_not_match_is_refused(
     case: str, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -174,6 +176,7 @@ def assert_fresh_head_line(caplog: pytest.LogCaptureFixture, base: Path, saved: 
 
 
 @pytest.mark.parametrize("task", ["sentiment", "ner"])
+@pytest.mark.slow
 def test_a_ner_model_is_the_base_of_a_run_on_other_labels(
     task: str, ner_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -213,6 +216,7 @@ def test_a_sentiment_model_with_other_classes_of_the_same_count_starts_its_head_
     assert_fresh_head_line(caplog, sentiment_run, 2, 2)
 
 
+@pytest.mark.slow
 def test_the_cli_finetunes_from_a_ner_dir_and_says_the_head_starts_fresh(
     ner_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -397,6 +401,7 @@ def resume(tiny_model: Path, run: Path) -> tuple[Callable[[], Any], list[str]]:
 @pytest.mark.parametrize(
     "name", ["model.safetensors", "optimizer.bin", "scheduler.bin", "run_state.json", "random_states_0.pkl"]
 )
+@pytest.mark.slow
 def test_a_damaged_checkpoint_file_is_named_with_the_checkpoint_to_fall_back_to(
     name: str,
     damage: str,
@@ -413,6 +418,7 @@ def test_a_damaged_checkpoint_file_is_named_with_the_checkpoint_to_fall_back_to(
     assert message.endswith(f"; delete {run / STEP_5} and --resume again to continue from step-00000004")
 
 
+@pytest.mark.slow
 def test_a_missing_random_state_file_is_named_too(
     checkpointed: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -424,6 +430,7 @@ def test_a_missing_random_state_file_is_named_too(
     assert_refused(library, argv, expected, capsys)
 
 
+@pytest.mark.slow
 def test_following_the_advice_resumes_from_the_earlier_checkpoint(
     checkpointed: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -436,6 +443,7 @@ def test_following_the_advice_resumes_from_the_earlier_checkpoint(
     assert "resuming from" in capsys.readouterr().err and (run / "metrics.json").is_file()
 
 
+@pytest.mark.slow
 def test_another_runs_state_and_the_only_checkpoint(
     checkpointed: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,6 +24,9 @@ from bert_tasks.inference.predictor import Predictor
 from bert_tasks.model_dir import ModelPolicy, load_finetuned, read_policy
 from tests.helpers import DATA, LONG_NER_TEXT, LONG_REVIEW, read_conll
 
+#: Every test here exports a model to ONNX and runs its parity check (seconds each).
+pytestmark = pytest.mark.slow
+
 TASKS = ("sentiment", "ner")
 METHODS = (None, "int8")
 

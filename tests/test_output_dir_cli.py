@@ -116,6 +116,7 @@ def test_a_users_own_metrics_json_is_not_a_run(
     assert f"output_dir {out} is not a bert-tasks run" in line
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_a_previous_run(
     previous_run: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,6 +136,7 @@ def test_overwrite_replaces_a_previous_run(
     assert {path.name for path in previous_run.iterdir()} - {MANIFEST} <= listed
 
 
+@pytest.mark.slow
 def test_a_best_weights_write_cut_short_is_the_runs_own(
     previous_run: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -186,6 +186,7 @@ def test_evaluate_with_1000_classes_is_bounded_in_memory_and_time(
     assert "metrics.json" in report[-1]
 
 
+@pytest.mark.slow
 def test_cli_report_of_many_classes_points_to_metrics_json(
     many_classes: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -204,6 +205,7 @@ def test_cli_report_of_many_classes_points_to_metrics_json(
     assert max(png_size(out / "confusion_matrix.png")) <= MAX_SIDE_PIXELS
 
 
+@pytest.mark.slow
 def test_confusion_png_folds_the_rare_classes_into_other(tmp_path: Path) -> None:
     """Up to 30 classes every cell; beyond, the 30 most frequent + "other", at a capped size."""
     small = [[3, 1], [0, 2]]

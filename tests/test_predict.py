@@ -56,6 +56,7 @@ def test_sentiment_string_and_list(classifier: SentimentClassifier) -> None:
         assert result["score"] == max(result["scores"].values()) == result["scores"][result["label"]]
 
 
+@pytest.mark.slow
 def test_sentiment_batching_does_not_change_results(sentiment_run: Path) -> None:
     """Padding, length-sorting and re-ordering of batches leave each text's probabilities unchanged."""
     batched = SentimentClassifier(sentiment_run, batch_size=3, mixed_precision="no")(SHORT_TEXTS)

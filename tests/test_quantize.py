@@ -55,6 +55,7 @@ def exported(sentiment_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return out
 
 
+@pytest.mark.slow
 def test_sentiment_predictions_agree_with_fp32(sentiment_dir: Path) -> None:
     texts = sentiment_texts()
     fp32 = SentimentClassifier(sentiment_dir, mixed_precision="no")(texts)
@@ -66,6 +67,7 @@ def test_sentiment_predictions_agree_with_fp32(sentiment_dir: Path) -> None:
     assert 0 < max(differences) < 0.05  # int8 really ran, and stayed close
 
 
+@pytest.mark.slow
 def test_ner_entities_agree_with_fp32(ner_dir: Path) -> None:
     """The same entities (text, label, offsets) in >= 95% of the fixture sentences."""
     texts = ner_texts()
@@ -79,6 +81,7 @@ def test_ner_entities_agree_with_fp32(ner_dir: Path) -> None:
     assert len(texts) >= 20 and same / len(texts) >= 0.95
 
 
+@pytest.mark.slow
 def test_encoder_linears_are_int8_and_the_rest_stays_float(sentiment_dir: Path) -> None:
     """fused qkv, attention output and feed-forward are int8; embeddings, LayerNorm, pooler, head float."""
     classifier = SentimentClassifier(sentiment_dir, quantize="int8")
@@ -106,6 +109,7 @@ def test_weight_bytes_counts_int8_weights(tiny_model: Path) -> None:
     assert sizes.before - sizes.after == 3 * weights - 16 * rows
 
 
+@pytest.mark.slow
 def test_export_reloads_as_the_same_quantized_model(sentiment_dir: Path, exported: Path) -> None:
     """config.json carries the marker; loading re-applies the same quantization; recipe travels along."""
     config = json.loads((exported / "config.json").read_text())
@@ -119,6 +123,7 @@ def test_export_reloads_as_the_same_quantized_model(sentiment_dir: Path, exporte
     assert reloaded(texts) == direct
 
 
+@pytest.mark.slow
 def test_export_loads_in_vanilla_transformers(sentiment_dir: Path, exported: Path) -> None:
     """The export is a plain fp32 HF checkpoint: identical weights to the source model."""
     source = AutoModelForSequenceClassification.from_pretrained(sentiment_dir).state_dict()
@@ -141,6 +146,7 @@ def test_export_refuses_a_non_empty_dir_and_bad_models(sentiment_dir: Path, tmp_
         SentimentClassifier(sentiment_dir, quantize="int8", mixed_precision="bf16")
 
 
+@pytest.mark.slow
 def test_cli_export_predict_evaluate(
     sentiment_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 from bert_tasks.cli import main
+from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.evaluate import read_labelled_file
 from bert_tasks.inference.predictor import Predictor, SentimentClassifier
 from bert_tasks.model_dir import load_finetuned, read_policy
@@ -100,6 +101,51 @@ def test_a_pair_model_predicts_pairs_through_the_cli_and_the_library(
     assert line["scores"] == pytest.approx(battery["scores"], abs=1e-5)
 
 
+def test_pairs_are_records_on_the_list_path_and_stream_through_predict_out(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(text, aspect) pairs become records with the pair field; they give the Dataset path's records
+    without building a Dataset, and `--out` streams a file of them (`--pair` for lines without one)."""
+    from datasets import Dataset
+
+    run = runs["pairs"]
+    predictor = Predictor(run)  # the CLI's settings, so the numbers are the same
+    pairs = [(REVIEW, "battery"), ("Dim screen.", "screen"), (REVIEW * 12, "screen")]  # the last: windows
+    raw = Dataset.from_dict({"text": [t for t, _ in pairs], "text_pair": [a for _, a in pairs]})
+    predictions = predictor.task.decode(raw, *predictor.window_logits(raw), predictor.id2label)
+    through_dataset = [predictor.task.record(p, q) for p, q in zip(pairs, predictions, strict=True)]
+
+    def no_dataset(*args: object, **kwargs: object) -> None:
+        raise AssertionError("prediction built a Dataset")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Dataset, "__init__", no_dataset)
+        assert predictor.records(pairs) == through_dataset
+        assert predictor.records([list(p) for p in pairs]) == through_dataset
+        records = [{"text": t, "aspect": a} for t, a in pairs]
+        assert predictor.records(records) == through_dataset
+    inputs = tmp_path / "in.jsonl"
+    lines = [{"id": n, "text": t, "aspect": a} for n, (t, a) in enumerate(pairs)] + [
+        {"id": 9, "text": REVIEW}
+    ]
+    inputs.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out.jsonl"
+    argv = ["predict", "sentiment", "--model", str(run), "--file", str(inputs), "--out", str(out)]
+    assert main([*argv, "--pair", "battery"]) == 0
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [list(record) for record in written] == [["id", "text", "aspect", "label", "score", "scores"]] * 4
+    for record, expected in zip(written, [*through_dataset, through_dataset[0]], strict=True):
+        assert record["scores"] == pytest.approx(expected["scores"], abs=1e-5)
+    assert written[3]["aspect"] == "battery"  # --pair, where the record has none
+    assert cli_error_line([*argv[:-1], str(tmp_path / "again.jsonl")], capsys).endswith(
+        f"{inputs}:4: no 'aspect' for the text; the model reads (text, aspect) pairs, so give every record a "
+        "'aspect' string field ((text, aspect) pairs in the library, predict --pair for texts without one)"
+    )
+    clash = [("in:1", {"text": REVIEW, "aspect": "screen", "label": "gold"})]
+    with pytest.raises(BertTasksError, match=r"^in:1: the record has a field 'label', which the prediction"):
+        predictor.annotate(clash)
+
+
 def test_pair_mistakes_are_one_line(
     runs: dict[str, Path], sentiment_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,7 +154,8 @@ def test_pair_mistakes_are_one_line(
     inputs.write_text(json.dumps({"text": REVIEW}) + "\n")
     assert cli_error_line(["predict", "sentiment", "--model", run, "--file", str(inputs)], capsys) == (
         f"bert-tasks: error: {inputs}:1: no 'aspect' for the text; the model reads (text, aspect) pairs, so "
-        "give every record a 'aspect' string field (or --pair for texts without one)"
+        "give every record a 'aspect' string field ((text, aspect) pairs in the library, predict --pair for "
+        "texts without one)"
     )
     assert cli_error_line(["predict", "sentiment", "--model", run, REVIEW, "--pair", " "], capsys).endswith(
         "text 1: the 'aspect' is empty; give it as a string of some words"
@@ -117,8 +164,14 @@ def test_pair_mistakes_are_one_line(
         ["predict", "sentiment", "--model", str(sentiment_run), REVIEW, "--pair", "x"], capsys
     )
     assert line.endswith("reads one text per input, not text pairs; drop --pair")
-    with pytest.raises(Exception, match="text 1 is not a pair: the model reads"):
+    with pytest.raises(BertTasksError, match=r"^text 1: no 'aspect' for the text; the model reads"):
         SentimentClassifier(run)([REVIEW])
+    with pytest.raises(BertTasksError, match=r"^text 1 has 3 parts; the model reads"):
+        SentimentClassifier(run)([(REVIEW, "screen", "battery")])
+    with pytest.raises(BertTasksError, match=r"^text 2 is empty; give at least one word"):
+        SentimentClassifier(run)([(REVIEW, "screen"), ["", "screen"]])
+    with pytest.raises(BertTasksError, match=r"^text 1 is a pair, but the model reads one text per input"):
+        SentimentClassifier(sentiment_run)([(REVIEW, "screen")])
 
 
 def test_multi_label_predictions_are_every_label_over_its_threshold(

@@ -22,6 +22,7 @@ def test_confusion_matrix_shape_must_match_labels(tmp_path: Path) -> None:
         plot_confusion_matrix([[5, 1], [2, 7]], ["a", "b", "c"], tmp_path / "cm.png")
 
 
+@pytest.mark.slow
 def test_training_curves_png_with_interleaved_eval_rows(tmp_path: Path) -> None:
     records = [{"step": s, "loss": 1 / s, "lr": 1e-4, "grad_norm": 0.5} for s in range(1, 21)]
     records += [
@@ -31,6 +32,7 @@ def test_training_curves_png_with_interleaved_eval_rows(tmp_path: Path) -> None:
     assert plot_training_curves(records, tmp_path / "curves.png").read_bytes().startswith(PNG_MAGIC)
 
 
+@pytest.mark.slow
 def test_training_curves_without_eval_rows(tmp_path: Path) -> None:
     records = [{"step": s, "loss": 1 / s, "lr": 1e-4} for s in range(1, 5)]
     assert plot_training_curves(records, tmp_path / "curves.png").is_file()

@@ -17,16 +17,9 @@ from datasets.fingerprint import generate_random_fingerprint
 from torch.utils.data import DataLoader
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-#: The keys a transformers BERT head takes; everything else in a batch is bookkeeping.
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+from bert_tasks.data.padded_batches import MODEL_INPUTS
 
 Collate = Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]
-
-
-def model_inputs(batch: dict[str, torch.Tensor], with_labels: bool = True) -> dict[str, torch.Tensor]:
-    """The part of a batch the model takes."""
-    keys = MODEL_INPUTS if with_labels else MODEL_INPUTS[:-1]
-    return {key: batch[key] for key in keys if key in batch}
 
 
 class RowCollator:

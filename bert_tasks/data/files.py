@@ -21,7 +21,7 @@ import json
 import re
 import sys
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -75,47 +75,18 @@ def check_text(text: str, where: str, what: str = "the text", *, nul: bool = Fal
     )
 
 
-def check_texts(texts: Sequence[object], pair_field: str | None = None) -> None:
+def check_texts(texts: Sequence[object]) -> None:
     """Refuse a text to predict that is no string, is empty (`is_blank`) or holds a lone surrogate, naming
-    it by its position (`text 3`): the one rule of the command line, the library and the server.
-
-    `pair_field`: the model reads text pairs (`Task.pair_field`, e.g. `aspect`), so each input is a
-    (text, second text) pair, both checked so; a lone text is refused then, and a pair otherwise.
-    """
+    it by its position (`text 3`): the one rule of the command line, the library and the server."""
     for index, text in enumerate(texts):
-        where = f"text {index + 1}"
-        is_pair = isinstance(text, (tuple, list)) and len(text) == 2
-        if pair_field is not None and not is_pair:
-            raise BertTasksError(
-                f"{where} is not a pair: the model reads (text, {pair_field}) pairs; give each text its "
-                f"{pair_field} (predict --pair {pair_field.upper()}, or [text, {pair_field}] in a request)"
-            )
-        if pair_field is None and is_pair and not isinstance(text, str):
-            raise BertTasksError(f"{where} is a pair, but the model reads one text per input; give the text")
-        for part, what in zip(text if is_pair else [text], ("text", pair_field), strict=False):
-            if not isinstance(part, str) or is_blank(part):
-                empty = f"has an empty {what}" if is_pair else "is empty"
-                raise BertTasksError(f"{where} {empty}; give at least one word to predict on")
-            check_text(part, where, f"the {what}", nul=True)  # a lone surrogate: the tokenizer would choke
+        check_text_to_predict(text, f"text {index + 1}")
 
 
-def prediction_input(
-    where: str, record: dict[str, Any], pair_field: str | None, pair: str | None = None
-) -> Any:
-    """What a model predicts on for one record of texts (`text_records`): its text, or for a pair model
-    (text, the record's `pair_field`), `pair` (`predict --pair`) standing in where the record has none."""
-    if pair_field is None:
-        return record["text"]
-    value = record.get(pair_field, pair)
-    if value is None:
-        raise BertTasksError(
-            f"{where}: no '{pair_field}' for the text; the model reads (text, {pair_field}) pairs, so give "
-            f"every record a '{pair_field}' string field (or --pair for texts without one)"
-        )
-    if not isinstance(value, str) or is_blank(value):
-        found = describe(value) if not isinstance(value, str) else "empty"
-        raise BertTasksError(f"{where}: the '{pair_field}' is {found}; give it as a string of some words")
-    return record["text"], check_text(value, where, f"the {pair_field}", nul=True)
+def check_text_to_predict(text: object, name: str) -> None:
+    """`check_texts`' rule for one text, named `name` (`text 3`)."""
+    if not isinstance(text, str) or is_blank(text):
+        raise BertTasksError(f"{name} is empty; give at least one word to predict on")
+    check_text(text, name, nul=True)  # a lone surrogate: the tokenizer would choke
 
 
 def opens_json(text: str) -> bool:
@@ -204,19 +175,24 @@ def read_texts(path: str) -> list[str]:
     return [record["text"] for _, record in text_records(path)]
 
 
-def text_records(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def text_records(
+    path: str, check: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """(`file:line`, record) for each text to predict in a file, or standard input for `-`, as it is read.
 
     The format is decided once for the whole input, never line by line: JSON Lines when the first
-    non-blank line is a JSON object (then every non-blank line must be one, with a 'text' string; the
-    record is yielded whole, so `id` and any other field travel with it), a JSON array when the whole
-    input is an array of such objects, else plain text: one text per non-blank line (record
-    `{"text": line}`), whatever the line starts with (`{`, `[` and quotes are text too).
+    non-blank line is a JSON object (then every non-blank line must be one, passing `check`: by default
+    `check_text_record`, a 'text' string; a task's `check_input` may take other fields, such as NER's
+    'tokens'; the record is yielded whole, so `id` and any other field travel with it), a JSON array when
+    the whole input is an array of such objects, else plain text: one text per non-blank line (record
+    `{"text": line}`, passing `check` too, which may add fields: `predict --pair`'s second text),
+    whatever the line starts with (`{`, `[` and quotes are text too).
 
     JSON Lines and plain text are read a line at a time, so memory does not grow with the input; an
     input whose first line opens with `[` is read whole, since only its end says whether it is an array.
     """
     name = "<stdin>" if path == "-" else path
+    check = check or check_text_record
     lines = _nonblank_lines(path, name)
     first = next(lines, None)
     if first is None:
@@ -225,20 +201,20 @@ def text_records(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
         return
     if isinstance(_json_or_none(first[1]), dict):
         for where, line in itertools.chain([first], lines):
-            yield where, _text_record(where, _jsonl_text_line(where, line))
+            yield where, check(where, _jsonl_text_line(where, line))
         return
     if first[1].lstrip().startswith("["):
         buffered = [first, *lines]
         records = _json_or_none("\n".join(line for _, line in buffered))
         if isinstance(records, list) and records and all(isinstance(r, dict) for r in records):
             for number, record in enumerate(records, start=1):
-                yield f"{name}: record {number}", _text_record(f"{name}: record {number}", record)
+                yield f"{name}: record {number}", check(f"{name}: record {number}", record)
             return
         lines = iter(buffered)
     else:
         lines = itertools.chain([first], lines)
     for where, line in lines:
-        yield where, {"text": check_text(line, where, "the line")}
+        yield where, check(where, {"text": check_text(line, where, "the line")})
 
 
 def _nonblank_lines(path: str, name: str) -> Iterator[tuple[str, str]]:
@@ -315,7 +291,7 @@ def _jsonl_text_line(where: str, line: str) -> dict[str, Any]:
     return record
 
 
-def _text_record(where: str, record: dict[str, Any]) -> dict[str, Any]:
+def check_text_record(where: str, record: dict[str, Any]) -> dict[str, Any]:
     """One JSON record of texts to predict, once its 'text' is checked."""
     if "text" not in record:
         found = ", ".join(map(shown, record)) or "none"

@@ -19,11 +19,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import regex
-
-from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8
+from bert_tasks.data.files import (
+    check_text,
+    check_text_record,
+    describe,
+    is_blank,
+    json_records,
+    opens_json,
+    read_utf8,
+)
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.data.in_memory import Records
+from bert_tasks.data.word_splitters import DEFAULT, WordSplitter, word_splitter
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -39,31 +46,87 @@ COLUMN_SUFFIXES = (".conll", ".txt", ".tsv", ".iob")
 JSON_SUFFIXES = (".jsonl", ".json")
 DOCSTART = "-DOCSTART-"
 
-# A word is a run of letters/digits/combining marks (so "café" in NFD form or Arabic with harakat stays
-# one word); any other visible character is a word of its own, like BC5CDR's punctuation-split tokens
-# ("22 - oxacalcitriol", "Parkinson ' s"). Whitespace and invisible characters (\p{C}: controls, zero
-# width joiners, bidi marks) are skipped, so every word has at least one character the tokenizer sees.
-_WORD = regex.compile(r"[\p{L}\p{N}\p{M}_]+|[^\p{L}\p{N}\p{M}_\s\p{C}]")
+
+def words_with_offsets(
+    text: str, splitter: WordSplitter | None = None
+) -> tuple[list[str], list[tuple[int, int]]]:
+    """Split raw text into words and their `[start, end)` character offsets (`text[start:end] == word`),
+    by `splitter` (default: the `default` rule, `data/word_splitters.py`)."""
+    return (splitter or word_splitter(DEFAULT)).split(text)
 
 
-def words_with_offsets(text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """Split raw text into words and their `[start, end)` character offsets (`text[start:end] == word`)."""
-    matches = list(_WORD.finditer(text))
-    return [m.group() for m in matches], [m.span() for m in matches]
+def texts_to_columns(texts: list[str], splitter: WordSplitter | None = None) -> dict[str, list[Any]]:
+    """Raw texts -> the `tokens`/`text`/`word_offsets` columns that prediction encodes and decodes."""
+    split = [words_with_offsets(text, splitter) for text in texts]
+    return {
+        "tokens": [words for words, _ in split],
+        "text": list(texts),
+        "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
+    }
 
 
-def texts_to_dataset(texts: list[str]) -> Dataset:
-    """Raw texts -> the `tokens`/`text`/`word_offsets` dataset that prediction encodes and decodes."""
-    from datasets import Dataset
+#: A prediction input of the user's own words: its tokens, its text (or None) and each token's offsets in
+#: the text (None without one).
+TokenInput = tuple[list[str], str | None, list[tuple[int, int]] | None]
 
-    split = [words_with_offsets(text) for text in texts]
-    return Dataset.from_dict(
-        {
-            "tokens": [words for words, _ in split],
-            "text": list(texts),
-            "word_offsets": [[list(o) for o in offsets] for _, offsets in split],
-        }
-    )
+
+def token_input(where: str, record: dict[str, Any]) -> TokenInput:
+    """The tokens of a prediction input `{"tokens": [...]}` (optionally with its "text"), checked, with
+    where each lies in the text: the first place at or after the previous token's end (characters in
+    between, such as spaces, belong to no token). Each mistake is one line naming `where`."""
+    tokens = record["tokens"]
+    if not isinstance(tokens, list | tuple):
+        raise BertTasksError(
+            f"{where}: 'tokens' is {describe(tokens)}, not a list of strings; give the words as a list"
+        )
+    if not tokens:
+        raise BertTasksError(f"{where}: 'tokens' is an empty list; give at least one token to predict on")
+    for number, token in enumerate(tokens, start=1):
+        if not isinstance(token, str):
+            raise BertTasksError(
+                f"{where}: token {number} in 'tokens' is {describe(token)}, not a string; give every "
+                "token as a string"
+            )
+        if is_blank(token):
+            raise BertTasksError(
+                f"{where}: token {number} in 'tokens' is empty or invisible (whitespace, control or format "
+                "characters only); remove it"
+            )
+        check_text(token, where, f"token {number} in 'tokens'", nul=True)
+    if "text" not in record:
+        return list(tokens), None, None
+    text = check_text_record(where, record)["text"]
+    offsets, cursor = [], 0
+    for number, token in enumerate(tokens, start=1):
+        start = text.find(token, cursor)
+        if start < 0:
+            after = f"after token {number - 1} (character {cursor})" if number > 1 else ""
+            raise BertTasksError(
+                f"{where}: token {number} {token!r} does not occur in 'text' {after or 'at all'}; give the "
+                "tokens as the text spells them, in its order, or leave 'text' out"
+            )
+        offsets.append((start, start + len(token)))
+        cursor = start + len(token)
+    return list(tokens), text, offsets
+
+
+def inputs_to_columns(
+    records: list[dict[str, Any]], splitter: WordSplitter | None = None
+) -> dict[str, list[Any]]:
+    """Prediction inputs -> the columns `encode_batch`/`decode` take: a record with 'tokens' keeps them as its
+    words (`given_tokens`), one with a 'text' alone is cut into words by `splitter`."""
+    columns: dict[str, list] = {"tokens": [], "text": [], "word_offsets": [], "given_tokens": []}
+    for number, record in enumerate(records, start=1):
+        if "tokens" in record:
+            tokens, text, offsets = token_input(f"record {number}", record)
+        else:
+            text = record["text"]
+            tokens, offsets = words_with_offsets(text, splitter)
+        columns["tokens"].append(tokens)
+        columns["text"].append(text)
+        columns["word_offsets"].append(None if offsets is None else [list(o) for o in offsets])
+        columns["given_tokens"].append("tokens" in record)
+    return columns
 
 
 def check_tag(tag: str, where: str) -> None:
@@ -340,15 +403,17 @@ def spans_to_tags(
     return tags, cutting
 
 
-def read_jsonl_spans(path: str | Path, text_column: str = "text") -> Dataset:
+def read_jsonl_spans(
+    path: str | Path, text_column: str = "text", splitter: WordSplitter | None = None
+) -> Dataset:
     """Read JSON Lines records `{"text": ..., "spans": [{"start", "end", "label"}]}` into word-level BIO.
 
-    Words come from `words_with_offsets` (the splitter prediction uses), so training and prediction see
-    the same words. A span that cuts a word (or covers no word) is kept at word granularity and listed in
-    one warning; overlapping spans are an error.
+    Words come from `splitter` (the model's `word_splitter`, which prediction uses too), so training and
+    prediction see the same words. A span that cuts a word (or covers no word) is kept at word
+    granularity and listed in one warning; overlapping spans are an error.
     """
     path = Path(path)
-    return spans_dataset(path, _jsonl_span_examples(path, read_utf8(path), text_column))
+    return spans_dataset(path, _jsonl_span_examples(path, read_utf8(path), text_column), splitter)
 
 
 #: One text with its character spans, as a span format gives them: (`file:line`, text, spans).
@@ -371,8 +436,11 @@ def span_text(where: str, text: Any, field: str) -> str:
     return check_text(text, where, f"the text in {field!r}")
 
 
-def spans_dataset(path: str | Path, examples: Iterable[SpanExample]) -> Dataset:
-    """Texts with character spans (any span format) -> words, BIO tags, texts and word offsets.
+def spans_dataset(
+    path: str | Path, examples: Iterable[SpanExample], splitter: WordSplitter | None = None
+) -> Dataset:
+    """Texts with character spans (any span format) -> words (cut by `splitter`), BIO tags, texts and
+    word offsets.
 
     Every span passes `_check_spans`; spans that cut a word are listed in one warning.
     """
@@ -380,7 +448,7 @@ def spans_dataset(path: str | Path, examples: Iterable[SpanExample]) -> Dataset:
     cut_reports: list[str] = []
     for where, text, raw_spans in examples:
         spans = _check_spans(where, text, raw_spans)
-        words, offsets = words_with_offsets(text)
+        words, offsets = words_with_offsets(text, splitter)
         tags, cutting = spans_to_tags(offsets, spans)
         cut_reports += [f"{where} {text[s:e]!r}" for s, e, _ in cutting]
         columns["tokens"].append(words)
@@ -430,10 +498,10 @@ def read_hub_ner(
     return _token_dataset([list(t) for t in data[tokens_column]], tags, repaired_tags)
 
 
-def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
+def read_ner_file(path: str | Path, cfg: Config, splitter: WordSplitter | None = None) -> Dataset:
     """Read one NER file in `cfg.format`; `auto` picks by extension, JSON by its first record's fields, and
     a name without an extension (a stream such as `<(...)`) is JSON when its first line opens an object,
-    else columns."""
+    else columns. Texts with spans are cut into words by `splitter` (default: `default`)."""
     path = Path(path)
     fmt = cfg.format if cfg.format != "auto" else _format_of_suffix(path)
     if fmt == "conll":
@@ -448,17 +516,19 @@ def read_ner_file(path: str | Path, cfg: Config) -> Dataset:
     if fmt == "jsonl-tokens":
         return _jsonl_tokens_dataset(path, text, cfg.tokens_column, cfg.tag_column)
     if fmt == "jsonl-spans":
-        return spans_dataset(path, _jsonl_span_examples(path, text, cfg.text_column))
+        return spans_dataset(path, _jsonl_span_examples(path, text, cfg.text_column), splitter)
     from bert_tasks.data import annotation_tools  # the two tools' formats: only their files need them
 
     examples = {
         "label-studio": annotation_tools.label_studio_examples,
         "doccano": annotation_tools.doccano_examples,
     }
-    return spans_dataset(path, examples[fmt](path, text, cfg.text_column))  # fmt: checked by Config
+    return spans_dataset(path, examples[fmt](path, text, cfg.text_column), splitter)  # fmt: Config checked
 
 
-def read_ner_records(source: str, records: Records, cfg: Config) -> Dataset:
+def read_ner_records(
+    source: str, records: Records, cfg: Config, splitter: WordSplitter | None = None
+) -> Dataset:
     """In-memory records (`data/in_memory.py`) with tokens + tags, or text + spans, read by the checks and
     messages of the JSONL readers; the first record's fields say which."""
     first = next(records, None)
@@ -469,7 +539,7 @@ def read_ner_records(source: str, records: Records, cfg: Config) -> Dataset:
     if cfg.tokens_column in fields:
         return _tokens_dataset(source, rows, cfg.tokens_column, cfg.tag_column)
     if cfg.text_column in fields and "spans" in fields:
-        return spans_dataset(source, _span_examples(rows, cfg.text_column))
+        return spans_dataset(source, _span_examples(rows, cfg.text_column), splitter)
     raise BertTasksError(
         f"{first[0]}: fields {sorted(fields)}; NER data needs {cfg.tokens_column!r} + {cfg.tag_column!r}, "
         f"or {cfg.text_column!r} + 'spans'; set tokens_column/tag_column/text_column"

@@ -22,6 +22,8 @@ from bert_tasks.tasks import task_class
 if TYPE_CHECKING:
     from datasets import Dataset
 
+    from bert_tasks.tasks.base import Task
+
 logger = logging.getLogger(__name__)
 
 
@@ -83,17 +85,22 @@ def _read_labelled(
     policy = _with_overrides(policy, cfg, policy_keys)
     model_task = policy.make_task()
     raw = read_splits(model_task, cfg, None if data is None else {"test": data})["test"]
-    known = label_names(directory)
+    check_known_labels(model_task, raw, cfg, label_names(directory), source)
+    return raw, policy
+
+
+def check_known_labels(
+    task: Task, raw: Dataset, cfg: Config, known: list[str], source: str, command: str = "evaluate"
+) -> None:
+    """Refuse labelled data with a label the model cannot predict: it would only be scored as a miss, or
+    break the metric (and, with its gold label encoded, have no id)."""
     # label_names without the recipe's list: the labels the data itself uses.
-    unknown = sorted(
-        set(model_task.label_names(raw, dataclasses.replace(cfg, label_names=None))) - set(known)
-    )
+    unknown = sorted(set(task.label_names(raw, dataclasses.replace(cfg, label_names=None))) - set(known))
     if unknown:
         raise BertTasksError(
             f"{source}: label {unknown[0]!r} is not one the model knows ({listed(known)}); "
-            "evaluate on data with the model's labels, or train a model that has it"
+            f"{command} on data with the model's labels, or train a model that has it"
         )
-    return raw, policy
 
 
 def _check_keys(overrides: Sequence[str], task_options: Sequence[str], trained: Sequence[str]) -> list[str]:

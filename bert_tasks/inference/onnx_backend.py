@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from bert_tasks.data.padded_batches import PaddedBatches, Padding
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, read_id2label
 from bert_tasks.runtime import progress_bars_wanted
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from onnxruntime import InferenceSession
     from transformers import PreTrainedTokenizerBase
 
+    from bert_tasks.data.table import Table
     from bert_tasks.tasks.base import Task
 
 #: The graph file of an exported dir.
@@ -77,28 +79,21 @@ def open_session(path: Path, threads: int | None = None) -> InferenceSession:
 class OnnxBackend:
     """The forward pass of an exported graph, batch by batch in length order (the least padding)."""
 
-    #: What the task's collator is asked for.
-    tensors = "np"
-
     def __init__(self, session: InferenceSession) -> None:
         self.session = session
         self.inputs = [node.name for node in session.get_inputs()]
 
     def window_logits(
-        self, encoded: Dataset, collate: Any, batch_size: int, description: str = "predict"
+        self, encoded: Dataset | Table, padding: Padding, batch_size: int, description: str = "predict"
     ) -> list[np.ndarray]:
         """Logits per encoded row, in row order: [num_labels] per sentence, [tokens, num_labels] per token."""
-        columns = {key: encoded[key] for key in GRAPH_INPUTS if key in encoded.column_names}
-        order = sorted(range(len(encoded)), key=lambda row: len(columns["input_ids"][row]))
         found: list[np.ndarray] = [np.empty(0)] * len(encoded)
-        starts = range(0, len(order), batch_size)
         show = progress_bars_wanted()
-        for start in tqdm(starts, desc=description, disable=not show, leave=False, delay=2):
-            rows = order[start : start + batch_size]
-            batch = collate([{key: values[row] for key, values in columns.items()} for row in rows])
+        batches = PaddedBatches(encoded, batch_size, padding)
+        for batch in tqdm(batches, desc=description, disable=not show, leave=False, delay=2):
             logits = self.run(batch)  # [B, L] or [B, T, L]
             lengths = batch["attention_mask"].sum(axis=1)  # [B]
-            for row, length, row_logits in zip(rows, lengths.tolist(), logits, strict=True):
+            for row, length, row_logits in zip(batch["row"].tolist(), lengths.tolist(), logits, strict=True):
                 found[row] = row_logits[:length] if row_logits.ndim == 2 else row_logits
         return found
 

@@ -154,12 +154,14 @@ def _check_texts(model_dir: str | Path, check_file: str | None) -> Dataset:
 
 def _export_checked(loaded: FinetunedModel, raw: Dataset, graph: Path, method: str | None) -> Parity:
     """Trace the model into `graph` (quantized in place with `method`) and compare it on `raw`."""
+    from bert_tasks.data.padded_batches import Padding
     from bert_tasks.inference.torch_backend import TorchBackend
     from bert_tasks.modeling.patch import traceable
 
     task, tokenizer, policy = loaded.task, loaded.tokenizer, loaded.policy
     encoded = task.encode(raw, tokenizer, None, policy.max_length, policy.stride)
-    reference = TorchBackend(loaded.model, None, "no").window_logits(encoded, task.collator(tokenizer), 64)
+    padding = Padding.of(tokenizer, task.pad_to_multiple_of)
+    reference = TorchBackend(loaded.model, None, "no").window_logits(encoded, padding, 64)
     model = traceable(loaded.model.cpu())
     if method is None:
         _trace(model, tokenizer, graph)
@@ -169,13 +171,24 @@ def _export_checked(loaded: FinetunedModel, raw: Dataset, graph: Path, method: s
         _quantize_int8(fp32, graph)
         fp32.unlink()
     session = open_session(graph)
-    found = OnnxBackend(session).window_logits(encoded, task.collator(tokenizer, "np"), 64, "check")
+    found = OnnxBackend(session).window_logits(encoded, padding, 64, "check")
     return Parity.measure(reference, found, method)
 
 
 def _trace(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path) -> None:
-    """torch.onnx's dynamo export, with dynamic batch and token axes, as one self-contained file."""
+    """torch.onnx's dynamo export, with dynamic batch and token axes, as one self-contained file.
+
+    The graph takes the inputs of `GRAPH_INPUTS` that the model's forward takes (DistilBERT and ModernBERT
+    take no `token_type_ids`); onnxruntime is fed the graph's own inputs (`OnnxBackend.run`).
+
+    Raises:
+        BertTasksError: torch.onnx cannot export this model (one line naming its class).
+    """
+    import inspect
+
     import torch
+
+    names = [name for name in GRAPH_INPUTS if name in inspect.signature(model.forward).parameters]
 
     class Logits(torch.nn.Module):
         """The head's forward with the graph's named inputs, returning the logits tensor alone."""
@@ -185,31 +198,38 @@ def _trace(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Pat
             self.head = head
 
         def forward(
-            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            token_type_ids: torch.Tensor | None = None,
         ) -> torch.Tensor:
-            return self.head(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).logits
+            types = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return self.head(input_ids=input_ids, attention_mask=attention_mask, **types).logits
 
     # Two rows of different lengths, so no axis specialises to a size or to a mask without padding.
     sample = tokenizer(["A sample text.", "A longer sample text, in two parts; the graph traces it."])
-    inputs = tokenizer.pad(sample, return_tensors="pt")
-    inputs = [
-        inputs[name] if name in inputs else torch.zeros_like(inputs["input_ids"]) for name in GRAPH_INPUTS
-    ]
-    axes = {name: {0: "batch", 1: "tokens"} for name in GRAPH_INPUTS}
+    padded = tokenizer.pad(sample, return_tensors="pt")
+    inputs = [padded[name] if name in padded else torch.zeros_like(padded["input_ids"]) for name in names]
+    axes = {name: {0: "batch", 1: "tokens"} for name in names}
     chatter = io.StringIO()  # torch.onnx prints its steps; the log says what matters
-    with _silenced(), contextlib.redirect_stdout(chatter), torch.inference_mode(False):
-        torch.onnx.export(
-            Logits(model.eval()),
-            tuple(inputs),
-            str(path),
-            input_names=list(GRAPH_INPUTS),
-            output_names=[GRAPH_OUTPUT],
-            dynamic_shapes=axes,
-            dynamo=True,
-            external_data=False,
-        )
+    try:
+        with _silenced(), contextlib.redirect_stdout(chatter), torch.inference_mode(False):
+            torch.onnx.export(
+                Logits(model.eval()),
+                tuple(inputs),
+                str(path),
+                input_names=names,
+                output_names=[GRAPH_OUTPUT],
+                dynamic_shapes=axes,
+                dynamo=True,
+                external_data=False,
+            )
+    except Exception as error:  # torch.export and the ONNX translation raise many types of their own
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise BertTasksError(
+            f"export --format onnx: torch.onnx cannot export {type(model).__name__} ({first}); the model "
+            "dir itself runs in predict, evaluate and serve"
+        ) from error
     logger.debug("torch.onnx: %s", chatter.getvalue())
 
 

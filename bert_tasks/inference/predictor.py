@@ -6,12 +6,13 @@ dir (`bert_tasks.model_dir`), so a model never sees inputs cut differently from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bert_tasks.data.annotation_tools import label_studio_tasks
-from bert_tasks.data.files import check_texts, prediction_input
+from bert_tasks.data.files import check_text_to_predict
+from bert_tasks.data.table import Table
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
 
@@ -20,17 +21,20 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from torch import nn
 
+    from bert_tasks.data.padded_batches import Padding
     from bert_tasks.inference.quantize import SizeChange
+
+
+#: What a Predictor predicts on: a text, a record of the fields its task reads (`Task.check_input`), or
+#: for a pair model a (text, second text) pair (a tuple or a list), which becomes a record.
+Input = str | Mapping[str, Any] | tuple[str, str] | list[str]
 
 
 class Backend(Protocol):
     """What runs a model's forward pass: torch (`TorchBackend`) or onnxruntime (`OnnxBackend`)."""
 
-    #: What the task's collator returns for it: "pt" or "np".
-    tensors: str
-
-    def window_logits(self, encoded: Dataset, collate: Any, batch_size: int) -> list[np.ndarray]:
-        """Logits per encoded row (window), in row order."""
+    def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
+        """Logits per encoded row (window), in row order, run in `PaddedBatches`."""
         ...
 
 
@@ -109,37 +113,80 @@ class Predictor:
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Predictor:
         return cls(model_dir, **kwargs)
 
-    def predict(self, texts: Sequence[Any]) -> list[Any]:
-        """One prediction per input (a label dict for sentiment, a list of entities for NER); an input is
-        a text, or a (text, second text) pair for a model that reads pairs (`task.pair_field`)."""
-        texts = [tuple(text) if isinstance(text, list) else text for text in texts]
-        if not texts:
-            return []
-        check_texts(texts, self.task.pair_field)
-        raw = self.task.texts_to_raw(texts)
-        return self.task.decode(raw, *self.window_logits(raw), self.id2label)
+    def predict(self, inputs: Sequence[Input]) -> list[Any]:
+        """One prediction per input: a text (sentiment: a label dict; NER: a list of entities), or a record
+        the task reads (`Task.check_input`; NER: `{"tokens": [...]}`, with or without its "text", gives
+        `{["text",] "tokens", "tags", "entities"}`, one tag per token). Texts are named `text N` in
+        errors, records `record N`."""
+        return self.predict_inputs(self.checked_inputs(inputs))
 
-    def records(self, texts: Sequence[Any]) -> list[dict[str, Any]]:
-        """One JSON-ready record per input, as `bert-tasks predict --json` prints them."""
-        texts = [tuple(text) if isinstance(text, list) else text for text in texts]
-        return [self.task.record(t, p) for t, p in zip(texts, self.predict(texts), strict=True)]
+    def predict_inputs(self, inputs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[Any]:
+        """One prediction per (`where`, record), the records checked already: as `text_records` and
+        `stream.prediction_inputs` yield them (a file's records by the task's `check_input`, texts by the
+        command line's rule), or as `predict` checks them.
 
-    def annotate(
-        self, records: Sequence[tuple[str, dict[str, Any]]], pair: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Each (`where`, record with a "text") as the record with this model's prediction added.
-
-        Every input field passes through (`id` and others); the prediction's keys follow them. A record
-        that already holds one of those keys is refused, naming `where`: its value would be lost. A pair
-        model reads each record's pair field (`task.pair_field`), or `pair` where a record has none.
+        The records go through the task's `encode_batch` and `decode` on plain lists (`Table`), never a
+        Dataset: a server's micro-batch of a few texts would pay more to build one than to predict them.
         """
-        field = self.task.pair_field
-        inputs = [prediction_input(where, fields, field, pair) for where, fields in records]
-        predicted = self.records(inputs)
+        records = [dict(record) for _, record in inputs]
+        if not records:
+            return []
+        columns = self.task.input_columns(records)
+        windows = self.task.encode_batch(
+            columns, range(len(records)), self.tokenizer, None, self.policy.max_length, self.policy.stride
+        )
+        raw, encoded = Table(columns), Table(windows)
+        logits = self.backend.window_logits(encoded, self.padding, self.batch_size)
+        return self.task.decode(raw, encoded, logits, self.id2label)
+
+    def records(self, inputs: Sequence[Input]) -> list[dict[str, Any]]:
+        """One JSON-ready record per input, as `bert-tasks predict --json` prints them."""
+        located = self.checked_inputs(inputs)
+        predicted = self.predict_inputs(located)
+        shown = self.task.shown_input
+        return [self.task.record(shown(r), p) for (_, r), p in zip(located, predicted, strict=True)]
+
+    def annotate(self, records: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Each (`where`, input record) as the record with this model's prediction added.
+
+        The records are checked already (`predict_inputs`). Every input field passes through (`id` and
+        others); the prediction's keys follow them. A record that already holds one of those keys (other
+        than the inputs the prediction carries back, such as its "text") is refused, naming `where`: its
+        value would be lost.
+        """
+        predicted = self.predict_inputs(records)
+        echoed, shown = self.task.input_fields, self.task.shown_input
         return [
-            with_prediction(w, fields, rec, field)
-            for (w, fields), rec in zip(records, predicted, strict=True)
+            with_prediction(where, fields, self.task.record(shown(fields), prediction), echoed)
+            for (where, fields), prediction in zip(records, predicted, strict=True)
         ]
+
+    def checked_inputs(self, inputs: Sequence[Input]) -> list[tuple[str, Mapping[str, Any]]]:
+        """Inputs as checked (`where`, record) pairs, each checked by the task's `check_input`: a record
+        named `record N`; a text as `{"text"}` and a pair model's (text, second text) as `{"text", <pair
+        field>}`, named `text N`, the text held to the command line's rule for texts first (anything that
+        is no record or pair is judged as a text)."""
+        located: list[tuple[str, Mapping[str, Any]]] = []
+        for number, item in enumerate(inputs, start=1):
+            if isinstance(item, Mapping):
+                located.append((f"record {number}", self.task.check_input(f"record {number}", dict(item))))
+                continue
+            where = f"text {number}"
+            record = self._pair_record(where, item) if isinstance(item, tuple | list) else {"text": item}
+            check_text_to_predict(record["text"], where)
+            located.append((where, self.task.check_input(where, record)))
+        return located
+
+    def _pair_record(self, where: str, pair: tuple[Any, ...] | list[Any]) -> dict[str, Any]:
+        """A (text, second text) pair as the record a pair model reads; refused by a one-text model."""
+        field = self.task.pair_field
+        if field is None:
+            raise BertTasksError(f"{where} is a pair, but the model reads one text per input; give the text")
+        if len(pair) != 2:
+            raise BertTasksError(
+                f"{where} has {len(pair)} parts; the model reads (text, {field}) pairs: give two strings"
+            )
+        return {"text": pair[0], field: pair[1]}
 
     def label_studio_tasks(self, texts: Sequence[str]) -> list[dict[str, Any]]:
         """The texts as Label Studio tasks pre-annotated with this model's predictions (one JSON array,
@@ -155,16 +202,22 @@ class Predictor:
         """Encode raw rows into the saved policy's windows and run the model: (windows, logits per window),
         what a task's `metrics`, `decode` and pages read."""
         encoded = self.task.encode(raw, self.tokenizer, None, self.policy.max_length, self.policy.stride)
-        collate = self.task.collator(self.tokenizer, self.backend.tensors)
-        return encoded, self.backend.window_logits(encoded, collate, self.batch_size)
+        return encoded, self.backend.window_logits(encoded, self.padding, self.batch_size)
+
+    @property
+    def padding(self) -> Padding:
+        """How the task pads a batch, with this model's tokenizer."""
+        from bert_tasks.data.padded_batches import Padding
+
+        return Padding.of(self.tokenizer, self.task.pad_to_multiple_of)
 
 
 def with_prediction(
-    where: str, fields: dict[str, Any], record: dict[str, Any], pair_field: str | None = None
+    where: str, fields: dict[str, Any], record: dict[str, Any], echoed: Sequence[str] = ("text",)
 ) -> dict[str, Any]:
-    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it); the
-    input's own texts (`text`, a pair's `pair_field`) are in both."""
-    clash = next((key for key in record if key not in ("text", pair_field) and key in fields), None)
+    """An input record's fields followed by its prediction `record` (as `Predictor.records` gives it);
+    `echoed`: the input fields the prediction carries back (`Task.input_fields`), which are no clash."""
+    clash = next((key for key in record if key not in echoed and key in fields), None)
     if clash is not None:
         raise BertTasksError(
             f"{where}: the record has a field '{clash}', which the prediction writes; rename that field "
@@ -190,12 +243,14 @@ class SentimentClassifier(Predictor):
 class EntityTagger(Predictor):
     """`EntityTagger.from_pretrained(dir)(text) -> [{"text", "label", "start", "end", "score"}]`.
 
-    Given a list of texts it returns one such list per text.
+    On the user's own words, `tagger({"tokens": [...]})` (a "text" may come with them, for character
+    offsets) -> `{"tokens", "tags", "entities": [{"label", "token_start", "token_end", "score"}]}`.
+    Given a list of texts or records it returns one result per item.
     """
 
     expected_task = "ner"
 
-    def __call__(self, texts: str | Sequence[str]) -> list[Any]:
-        if isinstance(texts, str):
-            return self.predict([texts])[0]
-        return self.predict(texts)
+    def __call__(self, inputs: Input | Sequence[Input]) -> Any:
+        if isinstance(inputs, str | Mapping):
+            return self.predict([inputs])[0]
+        return self.predict(inputs)

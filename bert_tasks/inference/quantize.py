@@ -42,12 +42,14 @@ class SizeChange:
 
 
 def quantize_model(model: PreTrainedModel, method: str = "int8") -> SizeChange:
-    """Quantize the Linear layers of the transformer blocks in place; return the weight bytes before/after.
+    """Quantize the Linear layers of the encoder in place; return the weight bytes before/after.
 
-    Quantized: every Linear inside the encoder layers (fused qkv, attention output, feed-forward), nearly
-    all of the matmul work. Kept float: the embeddings (lookups, no matmul to speed up; their int8 forms
-    are weight-only schemes), LayerNorm (its statistics need float range), and the pooler and task head
-    (tiny, and the logits are where rounding shows most). Per-channel scales keep the rounding error of
+    Quantized: every Linear of the encoder (`base_model`) but its pooler: in the transformer blocks (fused
+    qkv, attention output, feed-forward), nearly all of the matmul work, whatever the family calls them
+    (BERT's `encoder.layer`, DistilBERT's `transformer.layer`, ModernBERT's `layers`). Kept float: the
+    embeddings (lookups, no matmul to speed up; their int8 forms are weight-only schemes), LayerNorm (its
+    statistics need float range), and the pooler and task head (tiny, and the logits are where rounding
+    shows most). Per-channel scales keep the rounding error of
     each output unit proportional to its own weights, which keeps predictions on the fp32 model's side.
     """
     from torch import nn
@@ -58,7 +60,13 @@ def quantize_model(model: PreTrainedModel, method: str = "int8") -> SizeChange:
     with warnings.catch_warnings():  # deprecation notices about torch.ao, not about anything users do
         warnings.filterwarnings("ignore", message=r"(?s).*torch\.ao\.quantization is deprecated")
         warnings.filterwarnings("ignore", message=r"(?s).*quantize_per_(tensor|channel).*deprecated")
-        quantize_dynamic(model.base_model.encoder, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+        encoder = model.base_model
+        linears = {
+            name: per_channel_dynamic_qconfig
+            for name, module in encoder.named_modules()
+            if isinstance(module, nn.Linear) and not name.startswith("pooler")
+        }
+        quantize_dynamic(encoder, linears, inplace=True)
     return SizeChange(before, weight_bytes(model))
 
 

@@ -36,10 +36,10 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from bert_tasks import __version__
-from bert_tasks.data.files import check_texts, prediction_input
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.batcher import BatcherClosed, MicroBatcher
 from bert_tasks.inference.serve_settings import ServeSettings
+from bert_tasks.inference.stream import input_chars
 from bert_tasks.model_dir import read_policy
 
 if TYPE_CHECKING:
@@ -57,11 +57,13 @@ _PAIR_USAGE = (
 
 
 class TextRecord(BaseModel):
-    """A text with its own fields: `id` and any other field come back with the prediction."""
+    """A text with its own fields: `id` and any other field come back with the prediction. A NER model
+    also takes `tokens` (a list of strings: the user's own words, tagged one by one) instead of the text
+    or with it; the task checks the fields it reads."""
 
     model_config = ConfigDict(extra="allow")
     id: Any = Field(default=None, description="any JSON value, passed back as given")
-    text: StrictStr
+    text: StrictStr | None = None
 
 
 class PredictRequest(BaseModel):
@@ -159,21 +161,22 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
     async def predict(request: Request) -> dict[str, Any]:
         """One record per text, as `bert-tasks predict --json` prints them."""
         body = _parsed(await _body(request, settings.max_body_bytes))
-        texts, fields = _texts(body, request_model, pair_field)
-        _check_limits(texts, settings)
+        inputs, fields = _texts(body, request_model, pair_field)
+        _check_limits(inputs, settings)
         try:
-            check_texts(texts, pair_field)
+            predictor.checked_inputs(inputs)  # as the library checks them: texts, pairs, records
         except BertTasksError as error:
             raise HTTPException(422, str(error)) from None
-        if not texts:
+        if not inputs:
             return {"records": []}
-        results = await _predicted(request.app.state.batcher, texts)
+        results = await _predicted(request.app.state.batcher, inputs)
         if fields is None:
             return {"records": results}
         try:
+            echoed = predictor.task.input_fields
             return {
                 "records": [
-                    _with_prediction(f"record {n}", own, result, pair_field)
+                    _with_prediction(f"record {n}", own, result, echoed)
                     for n, (own, result) in enumerate(zip(fields, results, strict=True), start=1)
                 ]
             }
@@ -254,42 +257,49 @@ def _parsed(body: bytes) -> Any:
         raise HTTPException(400, f"the body is not valid JSON ({reason}); {_USAGE}") from None
 
 
+def _field(part: str | int) -> str:
+    """One step of a validation error's location: an index or plain name as is, any other name quoted."""
+    return str(part) if isinstance(part, int) or part.isidentifier() else json.dumps(part)
+
+
 def _texts(
     body: Any, request_model: type[PredictRequest], pair_field: str | None
 ) -> tuple[list[Any], list[dict[str, Any]] | None]:
-    """The inputs of a request (texts, or (text, second text) pairs for a pair model), and each record's
-    own fields (None for a list of texts)."""
+    """The inputs of a request (texts, a pair model's (text, second text) pairs, or the records, which
+    the task reads), and each record's own fields (None for a list of texts or pairs)."""
     usage = _USAGE if pair_field is None else _PAIR_USAGE.format(pair_field)
     try:
         parsed = request_model.model_validate(body)
     except ValidationError as error:
         first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        # A field name is the client's text: JSON-quoted unless plain, so the message stays one line.
+        where = ".".join(_field(part) for part in first["loc"]) or "the body"
         raise HTTPException(
             422, f"{where}: {first['msg']} ({len(error.errors())} problem(s) in all); {usage}"
         ) from None
     if parsed.texts is not None:
         return parsed.texts, None
     records = [dict(record) for record in body["records"]]  # as sent: field order and values kept
-    try:
-        inputs = [
-            prediction_input(f"record {n}", record, pair_field) for n, record in enumerate(records, start=1)
-        ]
-    except BertTasksError as error:
-        raise HTTPException(422, str(error)) from None
-    return inputs, records
+    return records, records
 
 
-def _check_limits(texts: list[str], settings: ServeSettings) -> None:
-    if len(texts) > settings.max_texts:
+def _check_limits(inputs: list[Any], settings: ServeSettings) -> None:
+    if len(inputs) > settings.max_texts:
         raise HTTPException(
-            413, f"{len(texts)} texts in one request, more than --max-texts {settings.max_texts}; split it"
+            413, f"{len(inputs)} texts in one request, more than --max-texts {settings.max_texts}; split it"
         )
-    chars = sum(len(text) if isinstance(text, str) else sum(map(len, text)) for text in texts)
+    chars = sum(_input_chars(item) for item in inputs)
     if chars > settings.max_chars:
         raise HTTPException(
             413, f"{chars} characters in one request, more than --max-chars {settings.max_chars}; split it"
         )
+
+
+def _input_chars(item: Any) -> int:
+    """A text's characters, a pair's both texts', or a record's strings' (`stream.input_chars`)."""
+    if isinstance(item, str):
+        return len(item)
+    return input_chars(item) if isinstance(item, dict) else sum(map(len, item))
 
 
 async def _predicted(batcher: MicroBatcher, texts: list[str]) -> list[dict[str, Any]]:
@@ -307,11 +317,11 @@ async def _predicted(batcher: MicroBatcher, texts: list[str]) -> list[dict[str, 
 
 
 def _with_prediction(
-    where: str, fields: dict[str, Any], record: dict[str, Any], pair_field: str | None
+    where: str, fields: dict[str, Any], record: dict[str, Any], echoed: tuple[str, ...]
 ) -> dict[str, Any]:
     from bert_tasks.inference.predictor import with_prediction  # loaded with the model by now
 
-    return with_prediction(where, fields, record, pair_field)
+    return with_prediction(where, fields, record, echoed)
 
 
 def _static_info(settings: ServeSettings, predictor: Predictor) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,24 +40,39 @@ CHUNK_TEXTS = 2048
 #: ... or once its texts reach this many characters (a file of long documents stays bounded too).
 CHUNK_CHARS = 1 << 20
 
-Record = tuple[str, dict[str, Any]]  # (`file:line`, the input record with its "text")
+Record = tuple[str, dict[str, Any]]  # (`file:line`, the input record with its "text" or other inputs)
+Check = Callable[[str, dict[str, Any]], dict[str, Any]]  # a task's `check_input`
 
 
-def prediction_inputs(texts: Sequence[str], path: str | None) -> tuple[Iterable[Record], int | None]:
+def input_chars(fields: dict[str, Any]) -> int:
+    """The characters of a record's strings, and of the strings in its lists (NER's tokens): its size."""
+    return sum(
+        len(value) if isinstance(value, str) else sum(len(v) for v in value if isinstance(v, str))
+        for value in fields.values()
+        if isinstance(value, str | list)
+    )
+
+
+def prediction_inputs(
+    texts: Sequence[str], path: str | None, check: Check | None = None
+) -> tuple[Iterable[Record], int | None]:
     """The records to predict (command-line texts first, then the file's) and their count, when known.
 
-    A regular file is read through once here, before any model loads: its every mistake is answered
-    first and the progress bar knows the total. Standard input and pipes can be read only once, so
-    they are checked as they stream.
+    `check`: the task's `check_input` for every record (default: a 'text' each). A regular
+    file is read through once here, before any model loads: its every mistake is answered first and the
+    progress bar knows the total. Standard input and pipes can be read only once, so they are checked
+    as they stream.
     """
     check_texts(texts)
     given = [(f"text {n}", {"text": text}) for n, text in enumerate(texts, start=1)]
+    if check is not None:  # the command line's texts meet the task's rule too (a pair model's --pair)
+        given = [(where, check(where, record)) for where, record in given]
     if path is None:
         return given, len(given)
     if path != "-" and _is_regular_file(path):
-        total = len(given) + sum(1 for _ in text_records(path))
-        return itertools.chain(given, text_records(path)), total
-    return itertools.chain(given, text_records(path)), None
+        total = len(given) + sum(1 for _ in text_records(path, check))
+        return itertools.chain(given, text_records(path, check)), total
+    return itertools.chain(given, text_records(path, check)), None
 
 
 def chunks(records: Iterable[Record], max_texts: int, max_chars: int) -> Iterator[list[Record]]:
@@ -66,7 +81,7 @@ def chunks(records: Iterable[Record], max_texts: int, max_chars: int) -> Iterato
     chars = 0
     for record in records:
         chunk.append(record)
-        chars += len(record[1]["text"])
+        chars += input_chars(record[1])
         if len(chunk) >= max_texts or chars >= max_chars:
             yield chunk
             chunk, chars = [], 0
@@ -84,16 +99,7 @@ class JsonlOutput:
     """
 
     def __init__(self, path: str | Path, input_path: str | None = None) -> None:
-        self.path = Path(path)
-        self.partial = self.path.with_name(f"{self.path.name}.partial")
-        if self.path.exists() or self.path.is_symlink():
-            raise BertTasksError(
-                f"--out {self.path}: already exists; give a new path, or remove the file first"
-            )
-        if input_path not in (None, "-") and self.partial.resolve() == Path(input_path).resolve():
-            raise BertTasksError(
-                f"--out {self.path}: its partial file {self.partial} is the input; give another --out"
-            )
+        self.path, self.partial = check_output(path, input_path)
         try:
             self._stream = open(self.partial, "wb")  # noqa: SIM115 (open until finish)
         except OSError as error:
@@ -143,6 +149,18 @@ class JsonlOutput:
         )
 
 
+def check_output(path: str | Path, input_path: str | None) -> tuple[Path, Path]:
+    """`(OUT, OUT.partial)`, unless OUT exists or its partial file is the input: `JsonlOutput`'s checks
+    without opening anything (what the processes of a launch that do not write the file check too)."""
+    path = Path(path)
+    partial = path.with_name(f"{path.name}.partial")
+    if path.exists() or path.is_symlink():
+        raise BertTasksError(f"--out {path}: already exists; give a new path, or remove the file first")
+    if input_path not in (None, "-") and partial.resolve() == Path(input_path).resolve():
+        raise BertTasksError(f"--out {path}: its partial file {partial} is the input; give another --out")
+    return path, partial
+
+
 def predict_to_jsonl(
     predictor: Predictor,
     records: Iterable[Record],
@@ -150,11 +168,8 @@ def predict_to_jsonl(
     total: int | None = None,
     max_texts: int = CHUNK_TEXTS,
     max_chars: int = CHUNK_CHARS,
-    pair: str | None = None,
 ) -> int:
     """Predict `records` chunk by chunk into `out`, in input order; the number of records written.
-
-    A pair model reads each record's pair field, or `pair` (`predict --pair`) where a record has none.
 
     A progress bar on stderr counts records when stderr is a terminal (and `--quiet` is off); the
     Predictor's own bar per chunk is turned off for the run, so the two do not stack.
@@ -166,7 +181,7 @@ def predict_to_jsonl(
     try:
         with tqdm(total=total, desc="predict", unit="texts", disable=not show, file=sys.stderr) as bar:
             for chunk in chunks(records, max_texts, max_chars):
-                out.write(predictor.annotate(chunk, pair))
+                out.write(predictor.annotate(chunk))
                 bar.update(len(chunk))
     finally:
         predictor.progress = progress

@@ -1,4 +1,4 @@
-"""Run a model dir's weights with transformers' BERT on torch: the backend of every fine-tuned dir."""
+"""Run a model dir's weights with transformers' encoder on torch: the backend of every fine-tuned dir."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from bert_tasks.data.batching import eval_loader
+from bert_tasks.data.padded_batches import PaddedBatches, Padding
 from bert_tasks.inference.quantize import SizeChange, quantize_model
 from bert_tasks.inference.windows import collect_window_logits
 from bert_tasks.runtime import resolve_mixed_precision
@@ -17,14 +17,11 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from transformers import PreTrainedModel
 
-    from bert_tasks.data.batching import Collate
+    from bert_tasks.data.table import Table
 
 
 class TorchBackend:
-    """A loaded (patched) model on the best device: CUDA when there is one, CPU for int8 Linear layers."""
-
-    #: What the task's collator is asked for.
-    tensors = "pt"
+    """A loaded model on the best device: CUDA when there is one, CPU for int8 Linear layers."""
 
     def __init__(
         self, model: PreTrainedModel, quantize: str | None, mixed_precision: str, progress: bool = True
@@ -37,10 +34,10 @@ class TorchBackend:
         self.model.to(self.device)
         self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
 
-    def window_logits(self, encoded: Dataset, collate: Collate, batch_size: int) -> list[np.ndarray]:
-        """Logits per encoded row, in row order (`collect_window_logits`)."""
-        loader = eval_loader(encoded, collate, batch_size)
+    def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
+        """Logits per encoded row, in row order (`collect_window_logits` over `PaddedBatches`)."""
+        batches = PaddedBatches(encoded, batch_size, padding, torch.from_numpy)
         with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
             return collect_window_logits(
-                self.model, loader, len(encoded), device=self.device, progress=self.progress
+                self.model, batches, len(encoded), device=self.device, progress=self.progress
             )

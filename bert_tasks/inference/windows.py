@@ -12,17 +12,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bert_tasks.data.batching import model_inputs
+from bert_tasks.data.padded_batches import model_inputs
 from bert_tasks.runtime import progress_bars_wanted
 
 if TYPE_CHECKING:  # prediction never imports Accelerate (about 1 s of start-up)
+    from collections.abc import Iterable
+
     from accelerate import Accelerator
-    from torch.utils.data import DataLoader
 
 
 def collect_window_logits(
     model: torch.nn.Module,
-    loader: DataLoader,
+    loader: Iterable[dict[str, torch.Tensor]],
     num_rows: int,
     accelerator: Accelerator | None = None,
     description: str = "predict",
@@ -31,8 +32,9 @@ def collect_window_logits(
 ) -> list[np.ndarray]:
     """Logits for every encoded row: [num_labels] per sentence, [window_tokens, num_labels] per token task.
 
-    With an `accelerator` (evaluation in training) batches are sharded and gathered across processes;
-    without one (prediction) they are moved to `device`. `progress=False` hides the bar where the caller
+    `loader` yields batches with a `row` tensor (a DataLoader, or `PaddedBatches`). With an
+    `accelerator` (evaluation in training) batches are sharded and gathered across processes; without
+    one (prediction) they are moved to `device`. `progress=False` hides the bar where the caller
     counts progress itself (a streamed file) or nobody watches (a server).
     """
     model.eval()

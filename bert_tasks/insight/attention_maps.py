@@ -1,8 +1,9 @@
-"""Attention maps: the patched model's attention probabilities for one text, and heatmaps of them.
+"""Attention maps: a model's attention probabilities for one text, and heatmaps of them.
 
-The fused attention hands out probabilities only through its math path (`output_attentions=True`), which
+BERT's fused attention hands out probabilities only through its math path (`output_attentions=True`), which
 mirrors transformers' eager attention op for op, so a heatmap shows the very numbers stock BERT computes,
-not an approximation recovered from the SDPA kernel.
+not an approximation recovered from the SDPA kernel. Every other encoder runs transformers' own eager
+attention here (SDPA returns no probabilities), whose `output_attentions` are its own numbers too.
 
 torch, transformers and matplotlib are imported inside the functions that use them, so `draw_attention`
 checks its output path before any of them loads.
@@ -48,7 +49,7 @@ class AttentionMaps:
 def attention_maps(
     text: str, model: str | Path = DEFAULT_MODEL, max_pieces: int | None = None
 ) -> AttentionMaps:
-    """Run `text` through the patched `model` (a BERT dir, the bundled default or a hub id) once.
+    """Run `text` through `model` (an encoder dir, the bundled default or a hub id) once.
 
     `max_pieces` caps what the model reads at that many word pieces ([CLS] + the text's first pieces +
     [SEP]), so every row is still a whole distribution; `text_pieces` says how long the text was.
@@ -61,16 +62,20 @@ def attention_maps(
         raise BertTasksError("the text is empty; give at least one word to draw attention for")
     import torch
 
+    from bert_tasks.modeling.encoders import is_fused
     from bert_tasks.modeling.load import load_model, load_tokenizer
 
     tokenizer = load_tokenizer(model)
     encoder = load_model(model, "base").eval()
+    if not is_fused(encoder):
+        encoder.set_attn_implementation("eager")  # the implementation that returns its probabilities
     if getattr(encoder.config, "pruned_heads", None):
         raise BertTasksError(
             f"model {model}: has pruned heads; attention maps need every head of every layer"
         )
     text_pieces = len(tokenizer(text, verbose=False)["input_ids"])
-    limit = encoder.config.max_position_embeddings
+    # RoBERTa-style position ids start after the padding index: its tokenizer knows the real limit.
+    limit = min(encoder.config.max_position_embeddings, tokenizer.model_max_length)
     if text_pieces > limit and (max_pieces is None or max_pieces > limit):
         raise BertTasksError(f"the text is {text_pieces} word pieces; model {model} reads at most {limit}")
     cap = {} if max_pieces is None else {"truncation": True, "max_length": max_pieces}

@@ -60,7 +60,7 @@ def data_report(cfg: Config, rare_below: int = RARE_BELOW) -> dict[str, Any]:
     profiles = {name: task.profile_split(data) for name, data in splits.items()}
     from bert_tasks.modeling.load import load_tokenizer  # transformers: once the data has read
 
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, **task.tokenizer_options)
     train = profiles.get("train")
     report: dict[str, Any] = {}
     warnings: list[str] = []

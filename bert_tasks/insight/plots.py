@@ -301,3 +301,47 @@ def _label_tokens(ax: Any, tokens: Sequence[str], rows: bool, columns: bool, fon
         ax.set_xticks(positions, list(tokens), fontsize=fontsize, rotation=90)
     else:
         ax.set_xticks([])
+
+
+def plot_pruning(record: dict[str, Any], path: str | Path) -> Path:
+    """`bert-tasks prune`'s record as two panels: the validation score against the heads kept, one point per
+    pruning step (and the recovery's, when there was one); the layers x heads importance of the unpruned
+    model (normalised per layer), each removed head marked with the step that removed it (a head pruned
+    before this command has no score: "–").
+    """
+    steps, metric = record["steps"], record["metric"]
+    importance = np.array(record["importance"][0], dtype=float)  # [L, H], NaN at heads pruned before
+    layers, heads = importance.shape
+    fig = Figure(figsize=(6 + max(4.0, 0.6 * heads), max(4.0, 1.0 + 0.5 * layers)), layout="constrained")
+    curve, grid = fig.subplots(1, 2, width_ratios=[3, max(2.0, heads / 4)])
+    kept = [step["heads_kept"] for step in steps]
+    curve.plot(kept, [step["validation"][metric] for step in steps], marker="o", label="after each step")
+    recovery = record.get("recovery")
+    if recovery is not None and metric in recovery.get("validation", {}):
+        score = recovery["validation"][metric]
+        curve.plot([kept[-1]], [score], marker="*", markersize=14, linestyle="", label="after recovery")
+    curve.invert_xaxis()  # pruning goes left to right
+    curve.set_xlabel("heads kept")
+    curve.set_ylabel(f"validation {metric}")
+    removed, before = record["heads"]["removed"], record["heads"]["before"]
+    curve.set_title(f"Score as heads are removed ({removed} of {before})")
+    curve.grid(alpha=0.3)
+    curve.legend(loc="lower left", fontsize=8)
+    image = grid.imshow(np.nan_to_num(importance, nan=0.0), cmap="viridis", vmin=0.0, aspect="auto")
+    removed_at = {
+        (int(layer), head): number
+        for number, step in enumerate(steps)
+        for layer, gone in step["removed"].items()
+        for head in gone
+    }
+    before = np.argwhere(np.isnan(importance))  # [P, 2] (layer, head) pruned before this command
+    removed_at |= {(int(layer), int(head)): "–" for layer, head in before}
+    for (layer, head), mark in removed_at.items():
+        grid.annotate(f"{mark}", (head, layer), ha="center", va="center", color="white", fontsize=8)
+    grid.set_xticks(range(heads))
+    grid.set_yticks(range(layers))
+    grid.set_xlabel("head")
+    grid.set_ylabel("layer")
+    grid.set_title("Head importance (number: the step that removed it; –: pruned before)", fontsize=9)
+    fig.colorbar(image, ax=grid, shrink=0.8, label="|dL/dgate|, L2-normalised per layer")
+    return _save(fig, path)

@@ -1,4 +1,5 @@
-"""How BERT computes in bert-tasks: the fused attention, the patch, and the loader.
+"""How BERT computes in bert-tasks: the fused attention, the patch, and the loader (which builds any
+BERT-family encoder: `encoders.py` decides which path a model takes).
 
 The public names are imported on first use (PEP 562), so `bert_tasks.modeling.load.load_tokenizer` loads
 without transformers' BERT modelling code (about 2 s of CPU on 2 cores): `debug data` needs a tokenizer only.

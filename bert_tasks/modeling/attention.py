@@ -134,6 +134,7 @@ class FusedBertSelfAttention(BertSelfAttention):
             key, value = self_cache.update(key, value, self.layer_idx, kwargs=kwargs)  # [B, H, S, D]
 
         mask = _as_sdpa_mask(attention_mask, query.dtype)
+        # Causal: a decoder, or `attention=causal` (direction.py). Where a mask came, it holds the triangle.
         is_causal = self.is_causal and mask is None and seq_len > 1
         dropout_p = self.dropout.p if self.training else 0.0
 

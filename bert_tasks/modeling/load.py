@@ -1,4 +1,8 @@
-"""Resolve a model name (bundled default, local dir, hub id) into a patched transformers BERT model."""
+"""Resolve a model name (bundled default, local dir, hub id) into a transformers encoder with a task's head.
+
+BERT models come out patched with the fused attention; every other encoder as transformers builds it
+(`modeling/encoders.py` decides which).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from bert_tasks.config import DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
+from bert_tasks.config import ATTENTION_DIRECTIONS, DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import check_model_name
+from bert_tasks.model_dir import POLICY_KEY, check_model_name, saved_attention
+from bert_tasks.modeling.encoders import check_encoder, head_class, require_fused, takes_fused_path
 
 if TYPE_CHECKING:  # the model code loads with the first model: a tokenizer alone (debug data) skips it
     from torch import nn
@@ -23,36 +28,32 @@ if TYPE_CHECKING:  # the model code loads with the first model: a tokenizer alon
 logger = logging.getLogger(__name__)
 
 _DEFAULT_ALIASES = {DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID, "default"}
-#: Where a BERT checkpoint's encoder lives (under a head's `bert.` prefix, or at the top of a BertModel): it
-#: must always load whole. Everything else (pooler, classifier, cls.*) is a task head, which may start fresh.
-_ENCODER_PARTS = ("embeddings.", "encoder.")
-_IN_INPUT_ORDER = (*_ENCODER_PARTS, "pooler.")
+#: The order in which a BERT-style encoder's weights meet the input: the first misfit named is the earliest.
+_IN_INPUT_ORDER = ("embeddings.", "encoder.", "pooler.")
 #: The tokenizer files transformers reads from a model dir, JSON first, as it does.
 _TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "tokenizer.json")
 #: A word, and one of rare symbols that WordPiece vocabularies lack: encoding it needs the [UNK] token. A
 #: vocabulary without one loads, and fails only when first used (mid-prediction): loading encodes this once.
 _PROBE = "a \U0001d518\u2603\U0001f600"
 
-#: Heads for library users who want a patched model that no task trains; a task's own head comes from
-#: the task registry (`Task.head`).
+#: Heads (transformers' Auto classes) for library users who want a model that no task trains; a task's
+#: own head comes from the task registry (`Task.head`).
 GENERIC_HEADS = {
-    "base": "BertModel",
-    "masked-lm": "BertForMaskedLM",
-    "sequence-classification": "BertForSequenceClassification",
-    "token-classification": "BertForTokenClassification",
+    "base": "AutoModel",
+    "masked-lm": "AutoModelForMaskedLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
 }
 
 
-def head_class(task: str) -> type[PreTrainedModel]:
-    """The transformers class `load_model` builds for a registered task or a generic head name."""
-    import transformers
-
+def head_name(task: str) -> str:
+    """The transformers Auto class `load_model` builds for a registered task or a generic head name."""
     from bert_tasks.tasks import task_class, task_names
 
     if task in task_names():
-        return task_class(task).head_class()
+        return task_class(task).head
     if task in GENERIC_HEADS:
-        return getattr(transformers, GENERIC_HEADS[task])
+        return GENERIC_HEADS[task]
     choices = ", ".join([*task_names(), *GENERIC_HEADS])
     raise BertTasksError(f"load_model: unknown task {task!r}; choose one of {choices}")
 
@@ -88,7 +89,8 @@ def resolve_model_path(name_or_path: str | Path) -> str:
 
 
 def load_config(name_or_path: str | Path, **overrides: object) -> AutoConfig:
-    """Load a model config and check that it is BERT, with clear errors instead of hub tracebacks."""
+    """Load a model config and check that it is a BERT-family encoder, with clear errors instead of hub
+    tracebacks."""
     path = resolve_model_path(name_or_path)
     try:
         config = AutoConfig.from_pretrained(path, **overrides)
@@ -99,11 +101,7 @@ def load_config(name_or_path: str | Path, **overrides: object) -> AutoConfig:
             f"model {name_or_path}: could not load its config ({_first_line(error)}); "
             "pass a saved model dir, or a hub id while online"
         ) from error
-    if config.model_type != "bert":
-        raise BertTasksError(
-            f"model {name_or_path}: model_type is {config.model_type!r}, not 'bert'; "
-            "bert-tasks fine-tunes BERT checkpoints only"
-        )
+    check_encoder(config, name_or_path)
     return config
 
 
@@ -114,8 +112,10 @@ def load_model(
     *,
     allow_pickle: bool = False,
     complete: bool = False,
+    attention: str | None = None,
 ) -> PreTrainedModel:
-    """Load any BERT checkpoint as the head for `task`, patched with the fused attention.
+    """Load an encoder checkpoint as the head for `task`: BERT patched with the fused attention, any other
+    encoder with transformers' own (`modeling/encoders.py`).
 
     Args:
         name_or_path: "all-MiniLM-L6-v2" (the bundled default), a local model dir or a hub id.
@@ -126,21 +126,35 @@ def load_model(
             when loaded; by default only safetensors load.
         complete: the weights must be exactly those of the head (a fine-tuned model dir); otherwise only
             the encoder must be whole, and a head the checkpoint lacks starts fresh.
+        attention: the attention direction (`ATTENTION_DIRECTIONS`); None: the one the model was trained
+            with (its config.json's policy; bidirectional where there is none).
 
     Raises:
-        BertTasksError: weights that do not load, or that do not fit the model config.json describes.
+        BertTasksError: no encoder, no such head for its family, weights that do not load, or that do not
+            fit the model config.json describes; an attention direction in config.json that no direction
+            names, or one other than bidirectional for an encoder that runs transformers' own attention.
     """
-    from bert_tasks.modeling.patch import patch_bert
+    from bert_tasks.modeling.patch import patch_bert, set_attention_direction
 
-    head = head_class(task)
+    auto_name = head_name(task)
     path = resolve_model_path(name_or_path)
     saved = load_config(path)
+    if attention is None:
+        where = Path(path) / "config.json" if Path(path).is_dir() else f"model {name_or_path}"
+        attention = saved_attention(getattr(saved, POLICY_KEY, None), str(where))
     saved_labels = [str(name) for _, name in sorted(saved.id2label.items())]
     config = saved if labels is None else load_config(path, **_label_config(labels))
+    head = head_class(auto_name, config, name_or_path)
+    fused = takes_fused_path(head)
+    if attention != ATTENTION_DIRECTIONS[0]:  # causal / right-to-left masks live in the fused attention
+        require_fused(
+            config, f"attention={attention}", name_or_path, "train it with attention=bidirectional or on BERT"
+        )
     if getattr(config, "pruned_heads", None):
+        require_fused(config, "loading a head-pruned model", name_or_path, "save it unpruned")
         model, info = _load_pruned(head, config, path)
     else:
-        model, info = _load_pretrained(head, config, path, name_or_path, allow_pickle)
+        model, info = _load_pretrained(head, config, path, name_or_path, allow_pickle, fused)
     _check_weights_fit(model, info, name_or_path, path, complete)
     if labels is not None and _head_is_for_other_labels(model, info, saved_labels, labels):
         _start_fresh(model, model.classifier)
@@ -153,7 +167,11 @@ def load_model(
             len(labels),
             _some(labels),
         )
-    return patch_bert(model)
+    if not fused:
+        return model
+    patch_bert(model)
+    set_attention_direction(model, attention)
+    return model
 
 
 def _label_config(labels: list[str]) -> dict[str, Any]:
@@ -165,9 +183,19 @@ def _label_config(labels: list[str]) -> dict[str, Any]:
 
 
 def _load_pretrained(
-    head: type[PreTrainedModel], config: AutoConfig, path: str, name: str | Path, allow_pickle: bool
+    head: type[PreTrainedModel],
+    config: AutoConfig,
+    path: str,
+    name: str | Path,
+    allow_pickle: bool,
+    fused: bool,
 ) -> tuple[PreTrainedModel, dict[str, Any]]:
-    """The model and transformers' loading info (missing, unexpected and mis-shaped keys, HF names)."""
+    """The model and transformers' loading info (missing, unexpected and mis-shaped keys, HF names).
+
+    The fused path builds transformers' BERT with SDPA (the mask form `patch_bert`'s attention reads); any
+    other encoder gets transformers' default: SDPA where its family has it, eager where not (DeBERTa).
+    """
+    attention = {"attn_implementation": "sdpa"} if fused else {}
     try:
         # ignore_mismatched_sizes: a classifier trained for other labels loads as a fresh one instead of
         # raising; `_check_weights_fit` refuses every other mis-shaped weight.
@@ -175,9 +203,9 @@ def _load_pretrained(
             path,
             config=config,
             use_safetensors=not allow_pickle,
-            attn_implementation="sdpa",
             output_loading_info=True,
             ignore_mismatched_sizes=True,
+            **attention,
         )
     except (OSError, ValueError, SafetensorError) as error:
         # A truncated or corrupt model.safetensors (an interrupted copy) raises SafetensorError.
@@ -214,11 +242,10 @@ def _check_weights_fit(
         for key, saved, expected in info["mismatched_keys"]
     ]
     if not complete:  # a base model: only its encoder must be whole, a head it lacks starts fresh
-        problems = [
-            (key, what) for key, what in problems if key.removeprefix("bert.").startswith(_ENCODER_PARTS)
-        ]
+        problems = [(key, what) for key, what in problems if _in_encoder(model, key)]
     if problems:
-        _, what = min(problems, key=lambda problem: _input_order(problem[0]))
+        prefix = f"{model.base_model_prefix}."
+        _, what = min(problems, key=lambda problem: _input_order(problem[0].removeprefix(prefix)))
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise BertTasksError(
             f"model {name}: its weights do not match its config.json: {what}{more}; put back the config.json "
@@ -226,11 +253,23 @@ def _check_weights_fit(
         )
 
 
+def _in_encoder(model: PreTrainedModel, key: str) -> bool:
+    """Whether `key` is a weight of the encoder, which must always load whole: in one of the encoder's
+    parts (embeddings, layers; the pooler excepted), under a head's prefix (`bert.`, `roberta.`, ...) or in
+    a bare encoder. Everything else (pooler, classifier, lm heads) is a task head, which may start fresh."""
+    prefix = f"{model.base_model_prefix}."
+    if model.base_model is not model:
+        if not key.startswith(prefix):
+            return False
+        key = key.removeprefix(prefix)
+    parts = {name for name, _ in model.base_model.named_children()} - {"pooler"}
+    return key.split(".")[0] in parts
+
+
 def _unused_pooler(model: PreTrainedModel, key: str) -> bool:
     """A pooler saved with a head that has none (token classification): unused, so harmless."""
-    return (
-        key.removeprefix("bert.").startswith("pooler.") and getattr(model.base_model, "pooler", None) is None
-    )
+    key = key.removeprefix(f"{model.base_model_prefix}.")
+    return key.startswith("pooler.") and getattr(model.base_model, "pooler", None) is None
 
 
 def _head_is_for_other_labels(
@@ -263,8 +302,9 @@ def _some(labels: list[str]) -> str:
 
 
 def _input_order(key: str) -> list[Any]:
-    """Embeddings, layers 0, 1, ..., 10 (not 0, 1, 10, 2), pooler, head: the first misfit is the earliest."""
-    key = key.removeprefix("bert.")
+    """Embeddings, layers 0, 1, ..., 10 (not 0, 1, 10, 2), pooler, head: the first misfit is the earliest.
+
+    `key` is without the base model's prefix."""
     part = next(
         (i for i, prefix in enumerate(_IN_INPUT_ORDER) if key.startswith(prefix)), len(_IN_INPUT_ORDER)
     )
@@ -283,8 +323,10 @@ def _saved_shape(path: str, key: str) -> str:
         return ""
 
 
-def load_tokenizer(name_or_path: str | Path = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
+def load_tokenizer(name_or_path: str | Path = DEFAULT_MODEL, **options: Any) -> PreTrainedTokenizerBase:
     """The model's fast tokenizer (windowing and word alignment need a fast one).
+
+    `options` go to `from_pretrained` (a task's `tokenizer_options`, e.g. NER's `add_prefix_space`).
 
     Raises:
         BertTasksError: a model dir without tokenizer files, or one whose tokenizer files do not load
@@ -293,7 +335,7 @@ def load_tokenizer(name_or_path: str | Path = DEFAULT_MODEL) -> PreTrainedTokeni
     path = resolve_model_path(name_or_path)
     directory = Path(path)
     if directory.is_dir():
-        load_config(path)  # a dir that holds no BERT model says so before its tokenizer is looked at
+        load_config(path)  # a dir that holds no encoder says so before its tokenizer is looked at
         if not any((directory / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
             # transformers would build a tokenizer of its five special tokens: every word would be [UNK].
             raise BertTasksError(
@@ -301,7 +343,7 @@ def load_tokenizer(name_or_path: str | Path = DEFAULT_MODEL) -> PreTrainedTokeni
                 "(tokenizer.save_pretrained(dir))"
             )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, **options)
         tokenizer(_PROBE)
     except Exception as error:
         # A bad file surfaces as whatever its reader raises (JSONDecodeError, KeyError, the tokenizers

@@ -5,7 +5,8 @@ weights, mode, dtype, device and any forward hooks transformers already installe
 swaps every `nn.Dropout` for `FastDropout` (same p and mode, cheaper random numbers on CPU), makes the
 encoder run its layers on the real tokens of padded batches only (`UnpaddedBertEncoder`) and, under a
 head that reads [CLS] only, its last layer on that token only; and gives the model a `prune_heads` that
-works on the fused projection. Cross-attention is left alone.
+works on the fused projection. Cross-attention is left alone. `set_attention_direction` then makes it
+attend causally or right to left (`direction.py`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from transformers.models.bert.modeling_bert import (
 )
 from transformers.pytorch_utils import prune_linear_layer
 
+from bert_tasks.config import ATTENTION_DIRECTIONS
 from bert_tasks.errors import BertTasksError
 from bert_tasks.modeling.attention import FusedBertSelfAttention
+from bert_tasks.modeling.direction import BIDIRECTIONAL, CAUSAL, DirectedBertEncoder, pool_last_token
 from bert_tasks.modeling.dropout import FastDropout
 from bert_tasks.modeling.unpad import FIRST_TOKEN_KWARG, UnpaddedBertEncoder
 
@@ -101,16 +104,55 @@ def set_attention_dropout(model: PreTrainedModel, p: float) -> None:
             module.dropout.p = p
 
 
+def set_attention_direction(model: PreTrainedModel, direction: str) -> None:
+    """Make a patched model attend in `direction` (`ATTENTION_DIRECTIONS`), in place; any direction may
+    follow any other. Under causal attention its pooler reads each sequence's last real token
+    (`direction.py`).
+
+    Raises:
+        BertTasksError: an unknown direction, a model `patch_bert` did not patch, or a decoder (it attends
+            causally by its config, with caches) asked for another direction.
+    """
+    if direction not in ATTENTION_DIRECTIONS:
+        raise BertTasksError(f"attention={direction!r}: choose one of {', '.join(ATTENTION_DIRECTIONS)}")
+    encoders = [module for module in model.modules() if isinstance(module, DirectedBertEncoder)]
+    if not encoders:
+        raise BertTasksError("set_attention_direction: call patch_bert(model) first")
+    if model.config.is_decoder:
+        if direction != BIDIRECTIONAL:
+            raise BertTasksError(
+                f"attention={direction}: {type(model).__name__} is a decoder (is_decoder=true), causal by "
+                "its config; leave attention=bidirectional for it"
+            )
+        return  # "bidirectional" leaves a decoder as its config makes it
+    for encoder in encoders:
+        encoder.attention_direction = direction
+    for module in model.modules():
+        if isinstance(module, FusedBertSelfAttention):  # self-attention only: cross-attention stays stock
+            module.is_causal = direction == CAUSAL  # SDPA's is_causal where a batch has no padding
+    base = model.base_model
+    vars(base).pop("forward", None)
+    if direction == CAUSAL and getattr(base, "pooler", None) is not None:
+        base.forward = MethodType(pool_last_token(type(base).forward), base)
+
+
+def attention_direction(model: nn.Module) -> str:
+    """The direction a patched model attends in (bidirectional for any other model)."""
+    encoder = next((m for m in model.modules() if isinstance(m, DirectedBertEncoder)), None)
+    return BIDIRECTIONAL if encoder is None else encoder.attention_direction
+
+
 def traceable(model: PreTrainedModel) -> PreTrainedModel:
     """Undo the unpadding (encoder and first-token head) of a patched model, in place, for graph export.
 
     Unpadding picks the real tokens of each batch, a data-dependent shape that torch.export cannot trace;
-    the fused attention and dropout stay (they trace, and keep one qkv matmul per layer in the graph).
+    the fused attention and dropout stay (they trace, and keep one qkv matmul per layer in the graph), and
+    so does the attention direction: its mask and last-token pooling are shape-static tensor ops.
     The model computes the same logits either way.
     """
     for encoder in model.modules():
         if type(encoder) is UnpaddedBertEncoder:
-            encoder.__class__ = BertEncoder
+            encoder.__class__ = DirectedBertEncoder
     vars(model).pop("forward", None)  # `_first_token_forward`, set on the instance by patch_bert
     return model
 

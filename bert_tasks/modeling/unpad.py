@@ -8,6 +8,9 @@ token belongs to which sentence, scatters its fused q/k/v back into the padded l
 context again (`FusedBertSelfAttention`). The encoder's output is scattered back to [B, T, C] with zeros at
 the padding positions, so heads, losses and callers see the usual shapes.
 
+The attention direction (`direction.py`) applies on both paths: the attention's [B, T] layout gives each
+sequence its own triangle.
+
 The padded path runs unchanged whenever unpadding cannot apply or buys nothing: no padding, a mask that is
 not a key-padding mask, a decoder (causal masks, caches, cross-attention), `output_attentions` /
 `output_hidden_states` (their captured tensors keep transformers' [B, T, ...] shapes), or a feed-forward
@@ -21,7 +24,9 @@ from typing import Any
 
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
-from transformers.models.bert.modeling_bert import BertEncoder, BertLayer
+from transformers.models.bert.modeling_bert import BertLayer
+
+from bert_tasks.modeling.direction import CAUSAL, DirectedBertEncoder, directed_mask
 
 #: The keyword under which the encoder hands each layer's self-attention the token positions.
 UNPADDING_KWARG = "unpadding"
@@ -85,8 +90,9 @@ def token_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     return tokens
 
 
-class UnpaddedBertEncoder(BertEncoder):
-    """transformers' `BertEncoder` that runs its layers on the real tokens only (see the module doc).
+class UnpaddedBertEncoder(DirectedBertEncoder):
+    """transformers' `BertEncoder` that runs its layers on the real tokens only (see the module doc), in
+    the attention direction of `DirectedBertEncoder` (the padded path is that class's forward).
 
     `patch_bert` swaps the class of an existing encoder to this one: it adds no state, so names, weights,
     hooks and the layers themselves stay as they are.
@@ -102,7 +108,8 @@ class UnpaddedBertEncoder(BertEncoder):
         use_cache: bool | None = None,
         **kwargs: Any,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        first_token_only = bool(kwargs.pop(FIRST_TOKEN_KWARG, False))
+        # A causal head pools the last token, not the first (`direction.pool_last_token`).
+        first_token_only = bool(kwargs.pop(FIRST_TOKEN_KWARG, False)) and self.attention_direction != CAUSAL
         tokens = None
         if self._can_unpad(encoder_hidden_states, cache, kwargs):
             tokens = token_mask(attention_mask)
@@ -123,6 +130,9 @@ class UnpaddedBertEncoder(BertEncoder):
             )
         unpadding = Unpadding.from_token_mask(tokens)
         kwargs[UNPADDING_KWARG] = unpadding
+        attention_mask = directed_mask(
+            attention_mask, self.attention_direction, unpadding.seq_len, hidden_states.device
+        )
         layers = list(self.layer)
         shortcut = first_token_only and bool(layers) and not self._runs_in_full(layers[-1])
         last = layers.pop() if shortcut else None

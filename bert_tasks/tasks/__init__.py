@@ -46,7 +46,7 @@ def get_task(cfg: Config) -> Task:
 
 def task_of_architecture(architecture: str | None) -> str | None:
     """The task whose head a saved model's `architectures[0]` names (model dirs without a policy)."""
-    found = [name for name, task in _TASKS.items() if task.head == architecture]
+    found = [name for name, task in _TASKS.items() if task.saves_as(architecture)]
     return found[0] if found else None
 
 

@@ -10,13 +10,13 @@ because the CLI imports the registry to parse and validate a command before any 
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from bert_tasks.data.files import check_text_record
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
+    from bert_tasks.data.table import Table
     from bert_tasks.model_dir import ModelPolicy
 
 
@@ -77,9 +78,12 @@ class Task(ABC):
     """
 
     name: ClassVar[str]
-    #: The transformers head class (by name, so importing a task imports no transformers) that
-    #: `load_model` builds; a saved model's `architectures` maps back to its task through it.
+    #: The transformers Auto class of the head, by name (importing a task imports no transformers):
+    #: `load_model` builds the class it maps the model's config to (BertFor..., RobertaFor..., ...), and a
+    #: saved model's `architectures` maps back to its task through it (`saves_as`).
     head: ClassVar[str]
+    #: Keyword arguments for the tokenizer this task encodes with (NER: words are given pre-split).
+    tokenizer_options: ClassVar[dict[str, Any]] = {}
     #: Config values this task starts from (over the dataclass defaults, under recipe and overrides).
     config_defaults: ClassVar[dict[str, Any]] = {}
     #: Config keys that change how this task encodes or decodes; saved with the model (policy) so
@@ -90,6 +94,10 @@ class Task(ABC):
     metric_names: ClassVar[tuple[str, ...]]
     #: What `format=` may name for this task's data files; "auto" (first) decides by extension and content.
     file_formats: ClassVar[tuple[str, ...]] = ("auto",)
+    #: The fields of a prediction input record the task reads (`check_input`); its prediction records
+    #: carry them back, so an input record holding them is no clash (`predictor.with_prediction`). An
+    #: instance may add those its options read (a pair model's pair field).
+    input_fields: ClassVar[tuple[str, ...]] = ("text",)
     #: The raw column whose values `validation_split` keeps in proportion (a class label); None: the
     #: carved rows are a plain seeded sample (NER, where a sentence has many labels).
     stratify_by: ClassVar[str | None] = None
@@ -98,6 +106,9 @@ class Task(ABC):
     trained_options: ClassVar[tuple[str, ...]] = ()
     # An instance may narrow `default_metric`, `metric_names` and `stratify_by` to its options (sentiment's
     # label shape); the class keeps every name, for the config's checks before any task is built.
+    #: Batches are padded to a multiple of this many tokens (None: to the longest window), by the
+    #: collator in training and by `data/padded_batches.py` in prediction: one rule for both.
+    pad_to_multiple_of: ClassVar[int | None] = None
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -111,9 +122,13 @@ class Task(ABC):
         return cls(**{key: getattr(cfg, key) for key in cls.options})
 
     @classmethod
-    def head_class(cls) -> type[PreTrainedModel]:
-        """The transformers head this task trains, imported on first use."""
-        return getattr(importlib.import_module("transformers"), cls.head)
+    def saves_as(cls, architecture: str | None) -> bool:
+        """Whether a saved model's `architectures[0]` is this task's head, in any family.
+
+        transformers names every head after its Auto class: `AutoModelForTokenClassification` builds
+        `BertForTokenClassification`, `RobertaForTokenClassification`, ... (read without importing it).
+        """
+        return architecture is not None and architecture.endswith(cls.head.removeprefix("AutoModel"))
 
     @property
     def problem_type(self) -> str | None:
@@ -184,17 +199,61 @@ class Task(ABC):
             f"debug data: the {self.name} task does not profile its data; implement Task.profile_split"
         )
 
+    def infer_options(self, train: Dataset, cfg: Config) -> dict[str, Any]:
+        """Option values the training data decides, for options the user left unset (NER: the word
+        splitter its tokens follow); `train` then runs with them and saves them. None by default."""
+        return {}
+
     @abstractmethod
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """The label set, in id order, taken from the training data (and `cfg.label_names`)."""
 
     @abstractmethod
+    def prediction_columns(self, texts: list[str]) -> dict[str, list[Any]]:
+        """Unlabelled texts -> the raw columns (plain lists) that `encode_batch` and `decode` take."""
+
     def texts_to_raw(self, texts: list[str]) -> Dataset:
-        """Unlabelled texts -> the raw rows `encode` and `decode` take (prediction input)."""
+        """The raw prediction rows of `texts` as a Dataset, for the Dataset path (`encode`)."""
+        from datasets import Dataset
+
+        return Dataset.from_dict(self.prediction_columns(texts))
+
+    def check_input(self, where: str, record: dict[str, Any]) -> dict[str, Any]:
+        """One prediction input record (a file's line, a server's record, the library's), checked before
+        any model loads (by the task its policy makes); a mistake is one line naming `where`. By default
+        it needs a 'text' string."""
+        return check_text_record(where, record)
+
+    def input_columns(self, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        """Checked input records -> raw columns, as `prediction_columns` for their texts (NER also takes
+        the user's own tokens)."""
+        return self.prediction_columns([record["text"] for record in records])
+
+    def shown_input(self, record: Mapping[str, Any]) -> Any:
+        """What `record`, `render_predictions`, Label Studio and pages show as one checked input record's
+        input: its text (None for NER's tokens alone; a pair model: the (text, second text) pair)."""
+        return record.get("text")
 
     # Encoding and batching.
 
     @abstractmethod
+    def encode_batch(
+        self,
+        batch: Mapping[str, list[Any]],
+        indices: Sequence[int],
+        tokenizer: PreTrainedTokenizerBase,
+        label2id: dict[str, int] | None,
+        max_length: int,
+        stride: int,
+    ) -> dict[str, list[Any]]:
+        """Tokenize raw rows (columns of plain lists) into windows of at most `max_length` tokens
+        overlapping by `stride`; `indices[i]` is row i's index in its dataset (its windows' `example_id`).
+
+        The one encoding of the task: `encode` maps it over a Dataset, and prediction calls it on a
+        batch of texts directly (no Dataset to build), so both cut the same windows. `label2id=None`
+        encodes without labels (prediction).
+        """
+
     def encode(
         self,
         raw: Dataset,
@@ -203,10 +262,22 @@ class Task(ABC):
         max_length: int,
         stride: int,
     ) -> Dataset:
-        """Tokenize into windows of at most `max_length` tokens overlapping by `stride`.
+        """`encode_batch` mapped over a Dataset: one row per window (see the class docstring)."""
+        from datasets.fingerprint import generate_random_fingerprint
 
-        `label2id=None` encodes without labels (prediction).
-        """
+        def windows(batch: Mapping[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
+            return self.encode_batch(batch, indices, tokenizer, label2id, max_length, stride)
+
+        # A fresh fingerprint: datasets would otherwise pickle `windows`, tokenizer and all, to hash it
+        # (about 1 s a call).
+        return raw.map(
+            windows,
+            batched=True,
+            with_indices=True,
+            remove_columns=raw.column_names,
+            desc=f"Tokenizing {self.name}",
+            new_fingerprint=generate_random_fingerprint(),
+        )
 
     @abstractmethod
     def collator(
@@ -232,12 +303,15 @@ class Task(ABC):
     @abstractmethod
     def decode(
         self,
-        raw: Dataset,
-        encoded: Dataset,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
         window_logits: Sequence[np.ndarray],
         id2label: dict[int, str],
     ) -> list[Any]:
-        """Merge per-window logits into one plain-Python prediction per raw example."""
+        """Merge per-window logits into one plain-Python prediction per raw example.
+
+        Prediction hands it `Table`s (plain lists, read like a Dataset: `raw["column"]`, `len(raw)`,
+        `column_names`), evaluation Datasets."""
 
     # What a run learns besides the weights.
 

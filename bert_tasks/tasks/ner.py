@@ -14,8 +14,10 @@ Alignment policy (training and scoring agree on it):
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,11 +26,15 @@ import numpy as np
 
 from bert_tasks.data.ner_files import (
     FILE_FORMATS,
+    inputs_to_columns,
     read_hub_ner,
     read_ner_file,
     read_ner_records,
-    texts_to_dataset,
+    texts_to_columns,
+    token_input,
 )
+from bert_tasks.data.word_splitters import DEFAULT as DEFAULT_SPLITTER
+from bert_tasks.data.word_splitters import word_splitter as splitter_named
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks.base import SplitProfile, Task, TaskCard, score_table
 
@@ -39,7 +45,10 @@ if TYPE_CHECKING:
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
+    from bert_tasks.data.table import Table
     from bert_tasks.model_dir import ModelPolicy
+
+logger = logging.getLogger(__name__)
 
 METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ner"
 _DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo" / "ner"
@@ -93,7 +102,9 @@ def first_pieces(encoding: BatchEncoding) -> list[list[bool]]:
     """Per window and token: is it its word's first sub-token (not a continuation piece)?
 
     Offsets are relative to the word (`is_split_into_words`), so the first piece has the smallest start
-    of the word's pieces across all windows; this also flags a window that starts inside a word.
+    of the word's pieces across all windows; this also flags a window that starts inside a word. Only the
+    first token of a window at that start counts: SentencePiece and byte-level tokenizers (DeBERTa, XLM-R,
+    RoBERTa) may split a word into a lone space marker (`▁`, `Ġ`) and its text, both starting at 0.
     """
     samples = encoding["overflow_to_sample_mapping"]
     word_start: dict[tuple[int, int], int] = {}
@@ -101,13 +112,17 @@ def first_pieces(encoding: BatchEncoding) -> list[list[bool]]:
         for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True):
             if word is not None:
                 word_start[sample, word] = min(start, word_start.get((sample, word), start))
-    return [
-        [
-            word is not None and start == word_start[sample, word]
-            for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True)
-        ]
-        for i, sample in enumerate(samples)
-    ]
+    flags = []
+    for i, sample in enumerate(samples):
+        seen: set[int] = set()
+        window = []
+        for word, (start, _) in zip(encoding.word_ids(i), encoding["offset_mapping"][i], strict=True):
+            first = word is not None and word not in seen and start == word_start[sample, word]
+            if first:
+                seen.add(word)
+            window.append(first)
+        flags.append(window)
+    return flags
 
 
 def merge_windows(
@@ -201,11 +216,48 @@ def viterbi_decode(log_probs: np.ndarray, labels: Sequence[str]) -> list[int]:
     return path[::-1]
 
 
+def _entities(
+    tags: list[str], probs: np.ndarray, text: str | None, offsets: list | None, given_tokens: bool
+) -> list[dict[str, Any]]:
+    """The entities of one row's tags: character offsets where the row has them, token indices where the
+    user gave the tokens; the score is the mean probability of the entity's tags."""
+    entities = []
+    for label, first, last in entity_spans(tags):
+        entity: dict[str, Any] = {"label": label}
+        if offsets is not None:
+            start, end = offsets[first][0], offsets[last][1]
+            entity = {"text": text[start:end], "label": label, "start": start, "end": end}
+        if given_tokens:
+            entity |= {"token_start": first, "token_end": last + 1}
+        entities.append({**entity, "score": float(probs[first : last + 1].mean())})
+    return entities
+
+
+def _shown(text: str | None, prediction: Any) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """What people are shown of a prediction: the text, its entities with offsets into it, and each
+    entity's position (`start-end` in characters, or `#start-end` in tokens for tokens without a text,
+    which are shown joined by spaces)."""
+    if not isinstance(prediction, dict):
+        return text or "", prediction, [f"{e['start']:>5}-{e['end']:<5}" for e in prediction]
+    entities = prediction["entities"]
+    if "text" in prediction:
+        return prediction["text"], entities, [f"{e['start']:>5}-{e['end']:<5}" for e in entities]
+    tokens = prediction["tokens"]
+    starts = list(itertools.accumulate((len(token) + 1 for token in tokens), initial=0))
+    joined = " ".join(tokens)
+    placed = [
+        {**e, "text": joined[starts[e["token_start"]] : starts[e["token_end"]] - 1]}
+        | {"start": starts[e["token_start"]], "end": starts[e["token_end"]] - 1}
+        for e in entities
+    ]
+    return joined, placed, [f"#{e['token_start']:>4}-{e['token_end']:<5}" for e in entities]
+
+
 class NerTask(Task):
     """Token classification with BIO tags (BC5CDR-style Disease/Chemical, CoNLL-2003, NCBI-disease)."""
 
     name = "ner"
-    head = "BertForTokenClassification"
+    head = "AutoModelForTokenClassification"
     config_defaults: ClassVar[dict[str, Any]] = {
         "lr": 1e-4,
         "max_length": 256,
@@ -213,19 +265,32 @@ class NerTask(Task):
         "train_file": str(_DEMO / "train.conll"),
         "validation_file": str(_DEMO / "validation.conll"),
     }
-    options = ("label_all_subtokens", "viterbi")
+    options = ("label_all_subtokens", "viterbi", "word_splitter")
+    input_fields = ("text", "tokens")
+    #: Words are encoded pre-split (`is_split_into_words`): byte-level BPE tokenizers (RoBERTa, GPT-2's)
+    #: must then encode each word as running text does, after a space ("Ġword"), not as a text's first
+    #: word. Saved with the tokenizer, so prediction and vanilla pipelines encode words the same way;
+    #: WordPiece and SentencePiece tokenizers ignore it (they mark words on their own).
+    tokenizer_options: ClassVar[dict[str, Any]] = {"add_prefix_space": True}
     default_metric = "f1"
     metric_names = ("f1", "precision", "recall", "accuracy", "strict_f1", "strict_precision", "strict_recall")
     file_formats = FILE_FORMATS
+    pad_to_multiple_of = 8  # tensor cores
 
-    def __init__(self, label_all_subtokens: bool = False, viterbi: bool = True) -> None:
-        super().__init__(label_all_subtokens=label_all_subtokens, viterbi=viterbi)
+    def __init__(
+        self, label_all_subtokens: bool = False, viterbi: bool = True, word_splitter: str | None = None
+    ) -> None:
+        """`word_splitter=None`: not chosen yet (`infer_options` chooses it); texts are cut by `default`."""
+        super().__init__(
+            label_all_subtokens=label_all_subtokens, viterbi=viterbi, word_splitter=word_splitter
+        )
         self.label_all_subtokens = label_all_subtokens
         self.viterbi = viterbi
+        self.splitter = splitter_named(word_splitter or DEFAULT_SPLITTER)
 
     def read_file(self, path: str, cfg: Config) -> Dataset:
         """CoNLL, JSONL tokens + tags, JSONL text + spans, or a Label Studio/doccano export (BIO repaired)."""
-        return read_ner_file(path, cfg)
+        return read_ner_file(path, cfg, self.splitter)
 
     def read_hub(self, dataset: str, split: str, cfg: Config) -> Dataset:
         """A hub split with ClassLabel tag ids turned into names."""
@@ -233,7 +298,7 @@ class NerTask(Task):
 
     def read_memory(self, records: Records, source: str, cfg: Config) -> Dataset:
         """Records of tokens + tags, or text + spans, checked as the JSONL readers check them."""
-        return read_ner_records(source, records, cfg)
+        return read_ner_records(source, records, cfg, self.splitter)
 
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
         """Every entity type of validation/test must occur in the training data."""
@@ -270,6 +335,20 @@ class NerTask(Task):
             warnings=warnings,
         )
 
+    def infer_options(self, train: Dataset, cfg: Config) -> dict[str, Any]:
+        """The word splitter, unless the user named one: for a corpus of tokens, the candidate that gives
+        them back best from their raw text (one INFO line with the agreement, `data/splitter_choice.py`);
+        texts with spans were cut into words by the splitter they were read with, which stays."""
+        if cfg.word_splitter is not None:
+            return {}
+        if "word_offsets" in train.column_names:
+            return {"word_splitter": self.splitter.spec}
+        from bert_tasks.data.splitter_choice import choose_splitter
+
+        choice = choose_splitter(train["tokens"][:])
+        logger.info(choice.describe())
+        return {"word_splitter": choice.splitter}
+
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """`cfg.label_names` when given (checked against train), else O + B-/I- of every train type."""
         found = bio_label_names(train["tags"])
@@ -283,14 +362,15 @@ class NerTask(Task):
             )
         return list(cfg.label_names)
 
-    def encode(
+    def encode_batch(
         self,
-        raw: Dataset,
+        batch: Mapping[str, list[Any]],
+        indices: Sequence[int],
         tokenizer: PreTrainedTokenizerBase,
         label2id: dict[str, int] | None,
         max_length: int,
         stride: int,
-    ) -> Dataset:
+    ) -> dict[str, list[Any]]:
         """Split each sentence into overlapping windows of sub-tokens with aligned word labels."""
         room = max_length - tokenizer.num_special_tokens_to_add()
         if not 0 <= stride < room:
@@ -310,53 +390,39 @@ class NerTask(Task):
                 return_offsets_mapping=label2id is not None,  # only label alignment reads them
             )
 
-        def windows(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
-            words = batch["tokens"]
-            encoding = tokenize(words)
-            covered = [set() for _ in words]
-            for i, sample in enumerate(encoding["overflow_to_sample_mapping"]):
-                covered[sample].update(w for w in encoding.word_ids(i) if w is not None)
-            if any(len(seen) < len(row) for seen, row in zip(covered, words, strict=True)):
-                words = [
-                    [w if j in seen else tokenizer.unk_token for j, w in enumerate(row)]
-                    for seen, row in zip(covered, words, strict=True)
-                ]
-                encoding = tokenize(words)
-            samples = encoding["overflow_to_sample_mapping"]
-            out = {
-                key: encoding[key]
-                for key in ("input_ids", "token_type_ids", "attention_mask")
-                if key in encoding
-            }
-            out["example_id"] = [indices[sample] for sample in samples]
-            out["word_ids"] = [
-                [-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(samples))
+        words = batch["tokens"]
+        encoding = tokenize(words)
+        covered = [set() for _ in words]
+        for i, sample in enumerate(encoding["overflow_to_sample_mapping"]):
+            covered[sample].update(w for w in encoding.word_ids(i) if w is not None)
+        if any(len(seen) < len(row) for seen, row in zip(covered, words, strict=True)):
+            words = [
+                [w if j in seen else tokenizer.unk_token for j, w in enumerate(row)]
+                for seen, row in zip(covered, words, strict=True)
             ]
-            if label2id is not None:
-                word_labels = [self._label_ids(row, label2id) for row in batch["tags"]]
-                out["labels"] = [
-                    align_labels(
-                        encoding.word_ids(i),
-                        first,
-                        word_labels[samples[i]],
-                        id2label,
-                        label2id,
-                        self.label_all_subtokens,
-                    )
-                    for i, first in enumerate(first_pieces(encoding))
-                ]
-            return out
-
-        from datasets.fingerprint import generate_random_fingerprint
-
-        return raw.map(
-            windows,
-            batched=True,
-            with_indices=True,
-            remove_columns=raw.column_names,
-            desc="Tokenizing NER",
-            new_fingerprint=generate_random_fingerprint(),  # not a hash of `windows` and its tokenizer
-        )
+            encoding = tokenize(words)
+        samples = encoding["overflow_to_sample_mapping"]
+        out = {
+            key: encoding[key] for key in ("input_ids", "token_type_ids", "attention_mask") if key in encoding
+        }
+        out["example_id"] = [indices[sample] for sample in samples]
+        out["word_ids"] = [
+            [-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(samples))
+        ]
+        if label2id is not None:
+            word_labels = [self._label_ids(row, label2id) for row in batch["tags"]]
+            out["labels"] = [
+                align_labels(
+                    encoding.word_ids(i),
+                    first,
+                    word_labels[samples[i]],
+                    id2label,
+                    label2id,
+                    self.label_all_subtokens,
+                )
+                for i, first in enumerate(first_pieces(encoding))
+            ]
+        return out
 
     @staticmethod
     def _label_ids(tags: list[str], label2id: dict[str, int]) -> list[int]:
@@ -375,11 +441,18 @@ class NerTask(Task):
         from transformers import DataCollatorForTokenClassification
 
         return DataCollatorForTokenClassification(
-            tokenizer, pad_to_multiple_of=8, label_pad_token_id=IGNORE, return_tensors=return_tensors
+            tokenizer,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            label_pad_token_id=IGNORE,
+            return_tensors=return_tensors,
         )
 
     def predict_tags(
-        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+        self,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
     ) -> list[tuple[list[str], np.ndarray]]:
         """Per raw example: word tags and each tag's probability (windows merged, then decoded)."""
         labels = [id2label[i] for i in sorted(id2label)]  # id order; keys are ints (HF config)
@@ -407,42 +480,67 @@ class NerTask(Task):
         )
 
     def decode(
-        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+        self,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
+        window_logits: Sequence[np.ndarray],
+        id2label: dict[int, str],
     ) -> list[Any]:
-        """Entities with character offsets when `raw` has `text`/`word_offsets`, else word tags.
+        """Per row: for a text cut into words, its entities with character offsets; for words the user
+        gave (`given_tokens`, or rows without offsets), `{"tokens", "tags", "entities"}`: one tag per
+        token, entities with `token_start`/`token_end` (a slice of the tokens) and, when the row has its
+        text, character offsets too (with "text" first in the record).
 
         An entity's score is the mean probability of the tags chosen for its words.
         """
         predicted = self.predict_tags(raw, encoded, window_logits, id2label)
-        if "text" not in raw.column_names or "word_offsets" not in raw.column_names:
-            rows = zip(raw["tokens"], predicted, strict=True)
-            return [{"tokens": tokens, "tags": tags} for tokens, (tags, _) in rows]
+        columns, rows = raw.column_names, len(raw)
+        texts = raw["text"] if "text" in columns else [None] * rows
+        offsets = raw["word_offsets"] if "word_offsets" in columns else [None] * rows
+        given = raw["given_tokens"] if "given_tokens" in columns else [o is None for o in offsets]
+        tokens = raw["tokens"]
         results = []
-        for text, offsets, (tags, probs) in zip(raw["text"], raw["word_offsets"], predicted, strict=True):
-            entities = []
-            for label, first, last in entity_spans(tags):
-                start, end = offsets[first][0], offsets[last][1]
-                score = float(probs[first : last + 1].mean())
-                entities.append(
-                    {"text": text[start:end], "label": label, "start": start, "end": end, "score": score}
-                )
-            results.append(entities)
+        for i, (tags, probs) in enumerate(predicted):
+            entities = _entities(tags, probs, texts[i], offsets[i], given[i])
+            if not given[i]:
+                results.append(entities)
+                continue
+            text = {} if texts[i] is None else {"text": texts[i]}
+            results.append({**text, "tokens": tokens[i], "tags": tags, "entities": entities})
         return results
 
-    def texts_to_raw(self, texts: list[str]) -> Dataset:
-        """Raw texts -> the dataset `encode`/`decode` take for prediction (words split with offsets)."""
-        return texts_to_dataset(texts)
+    def prediction_columns(self, texts: list[str]) -> dict[str, list[Any]]:
+        """Raw texts -> the columns `encode_batch`/`decode` take for prediction (words split with offsets
+        by the model's word splitter)."""
+        return texts_to_columns(texts, self.splitter)
 
-    def record(self, text: str, prediction: list[dict[str, Any]]) -> dict[str, Any]:
-        """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}`."""
-        return {"text": text, "entities": prediction}
+    def check_input(self, where: str, record: dict[str, Any]) -> dict[str, Any]:
+        """A 'text', or the user's own 'tokens' (a list of strings; with a 'text', found in it in order)."""
+        if "tokens" not in record:
+            return super().check_input(where, record)
+        token_input(where, record)
+        return record
 
-    def label_studio_results(
-        self, text: str, prediction: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], float | None]:
+    def input_columns(self, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        """Records with 'tokens' keep them as their words; a 'text' alone is cut by the word splitter."""
+        return inputs_to_columns(records, self.splitter)
+
+    def record(self, text: str | None, prediction: Any) -> dict[str, Any]:
+        """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}` for a text; for the
+        user's tokens the prediction is the record already: `{["text",] "tokens", "tags", "entities"}`."""
+        return prediction if isinstance(prediction, dict) else {"text": text, "entities": prediction}
+
+    def label_studio_results(self, text: str, prediction: Any) -> tuple[list[dict[str, Any]], float | None]:
         """Each entity as a `labels` result; the task's score is the mean entity score (none: no entities)."""
         from bert_tasks.data.annotation_tools import LABELS_CONTROL, TEXT_OBJECT
 
+        if isinstance(prediction, dict):
+            if "text" not in prediction:
+                raise BertTasksError(
+                    "--format label-studio marks entities in a text, and a record of 'tokens' without its "
+                    "'text' has none; add the 'text', or use --json"
+                )
+            prediction = prediction["entities"]
         results = [
             {
                 "from_name": LABELS_CONTROL,
@@ -456,27 +554,29 @@ class NerTask(Task):
         score = sum(e["score"] for e in prediction) / len(prediction) if prediction else None
         return results, score
 
-    def render_predictions(self, texts: Sequence[str], predictions: Sequence[list[dict[str, Any]]]) -> str:
-        """Each text with its entities marked in place, then one line per entity."""
+    def render_predictions(self, texts: Sequence[str | None], predictions: Sequence[Any]) -> str:
+        """Each text with its entities marked in place, then one line per entity (tokens without a text:
+        joined by spaces, positions as token ranges `#start-end`)."""
         blocks = []
-        for text, entities in zip(texts, predictions, strict=True):
+        for text, entities, positions in map(_shown, texts, predictions):
             marked, cursor = [], 0
             for entity in entities:
                 marked += [text[cursor : entity["start"]], f"[{entity['text']}]({entity['label']})"]
                 cursor = entity["end"]
             lines = ["".join([*marked, text[cursor:]])]
             lines += [
-                f"  {e['label']:<10} {e['start']:>5}-{e['end']:<5} {e['score']:.3f}  {e['text']}"
-                for e in entities
+                f"  {e['label']:<10} {where} {e['score']:.3f}  {e['text']}"
+                for e, where in zip(entities, positions, strict=True)
             ]
             blocks.append("\n".join(lines if entities else [*lines, "  (no entities)"]))
         return "\n\n".join(blocks)
 
-    def predictions_page(self, texts: Sequence[str], predictions: Sequence[list[dict[str, Any]]]) -> str:
+    def predictions_page(self, texts: Sequence[str | None], predictions: Sequence[Any]) -> str:
         """The texts with their entities marked in place, a colour per type, the score on hover."""
         from bert_tasks.insight.entity_pages import predictions_page
 
-        return predictions_page(texts, predictions)
+        shown = [_shown(text, prediction)[:2] for text, prediction in zip(texts, predictions, strict=True)]
+        return predictions_page([text for text, _ in shown], [entities for _, entities in shown])
 
     def evaluation_page(
         self,

@@ -13,13 +13,14 @@ overlapping windows that all carry the sentence's label.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bert_tasks.data.files import check_text, describe, is_blank
 from bert_tasks.data.text_classification import (
     FILE_FORMATS,
     read_hub_text_classification,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
     from bert_tasks.config import Config
     from bert_tasks.data.in_memory import Records
+    from bert_tasks.data.table import Table
     from bert_tasks.model_dir import ModelPolicy
 
 logger = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ class SentimentTask(Task):
     """A text (or a text pair) and its label: one class, a set of classes, or a number."""
 
     name = "sentiment"
-    head = "BertForSequenceClassification"
+    head = "AutoModelForSequenceClassification"
     config_defaults: ClassVar[dict[str, Any]] = {
         "lr": 1e-4,
         "max_length": 128,
@@ -68,6 +70,7 @@ class SentimentTask(Task):
     metric_names += ("rounded_accuracy",)
     file_formats = FILE_FORMATS
     stratify_by = "label"
+    pad_to_multiple_of = 8  # tensor cores
 
     def __init__(
         self,
@@ -206,13 +209,49 @@ class SentimentTask(Task):
         golds = [self.shape.gold(label) for label in labels]
         return SplitProfile(keys=texts, golds=golds, labels=self.shape.distribution(labels), unit="examples")
 
-    def texts_to_raw(self, texts: Sequence[Input]) -> Dataset:
-        """Inputs to predict -> the dataset `encode`/`decode` take: texts, or (text, second text) pairs."""
-        from datasets import Dataset
+    def prediction_columns(self, texts: list[str]) -> dict[str, list[Any]]:
+        """Raw texts -> the one `text` column `encode_batch`/`decode` take (a pair model's texts come as
+        records with their pair field: `input_columns`)."""
+        if self.pair_field is not None:
+            raise BertTasksError(f"the model reads (text, {self.pair_field}) pairs; give each text its pair")
+        return {"text": list(texts)}
 
+    def check_input(self, where: str, record: dict[str, Any]) -> dict[str, Any]:
+        """A 'text', and for a pair model its second text in the record's pair field (a string of words)."""
+        super().check_input(where, record)
+        field = self.pair_field
+        if field is None:
+            return record
+        if field not in record:
+            raise BertTasksError(
+                f"{where}: no '{field}' for the text; the model reads (text, {field}) pairs, so give every "
+                f"record a '{field}' string field ((text, {field}) pairs in the library, predict --pair "
+                "for texts without one)"
+            )
+        value = record[field]
+        if not isinstance(value, str) or is_blank(value):
+            found = "empty" if isinstance(value, str) else describe(value)
+            raise BertTasksError(f"{where}: the '{field}' is {found}; give it as a string of some words")
+        check_text(value, where, f"the {field}", nul=True)
+        return record
+
+    def input_columns(self, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        """Checked records -> the `text` column, and a pair model's `text_pair` from its pair field."""
+        columns = {"text": [record["text"] for record in records]}
+        if self.pair_field is not None:
+            columns["text_pair"] = [record[self.pair_field] for record in records]
+        return columns
+
+    @property
+    def input_fields(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The text, and a pair model's pair field: both come back in its prediction records."""
+        return ("text",) if self.pair_field is None else ("text", self.pair_field)
+
+    def shown_input(self, record: Mapping[str, Any]) -> Input:
+        """The text, or a pair model's (text, second text)."""
         if self.pair_field is None:
-            return Dataset.from_dict({"text": list(texts)})
-        return Dataset.from_dict({"text": [t[0] for t in texts], "text_pair": [t[1] for t in texts]})
+            return record["text"]
+        return record["text"], record[self.pair_field]
 
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """`cfg.label_names` when given, else the sorted training classes (regression: its one output)."""
@@ -228,7 +267,8 @@ class SentimentTask(Task):
         max_length: int,
         stride: int,
     ) -> Dataset:
-        """Tokenize each text (pair) into windows, each with its text's label as the head's target."""
+        """Check the labels against the model's (all at once, so the first unknown label named is the first
+        in sorted order, whatever batch holds it) and a pair model's second texts, then `encode_batch`."""
         if label2id is not None:
             if "label" not in raw.column_names:
                 raise BertTasksError("cannot score texts without labels; give the data a label column")
@@ -236,30 +276,29 @@ class SentimentTask(Task):
         pair = self.pair_field
         if pair is not None and "text_pair" not in raw.column_names:
             raise BertTasksError(f"the model reads text pairs; give each text its {pair}")
+        return super().encode(raw, tokenizer, label2id, max_length, stride)
 
-        def windows(batch: dict[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
-            if pair is None:
-                enc, rows = text_windows(tokenizer, batch["text"], max_length, stride)
-            else:
-                numbers = [index + 1 for index in indices]
-                texts, pairs = batch["text"], batch["text_pair"]
-                enc, rows = pair_windows(tokenizer, texts, pairs, max_length, stride, pair, numbers)
-            enc["example_id"] = [indices[row] for row in rows]  # window -> row of the whole dataset
-            if label2id is not None:
-                enc["labels"] = [self.shape.target(batch["label"][row], label2id) for row in rows]
-            return enc
-
-        from datasets.fingerprint import generate_random_fingerprint
-
-        # A fresh fingerprint: datasets would otherwise pickle `windows`, tokenizer and all, to hash it
-        # (about 1 s a call, the cost of predicting on hundreds of texts).
-        return raw.map(
-            windows,
-            batched=True,
-            with_indices=True,
-            remove_columns=raw.column_names,
-            new_fingerprint=generate_random_fingerprint(),
-        )
+    def encode_batch(
+        self,
+        batch: Mapping[str, list[Any]],
+        indices: Sequence[int],
+        tokenizer: PreTrainedTokenizerBase,
+        label2id: dict[str, int] | None,
+        max_length: int,
+        stride: int,
+    ) -> dict[str, list[Any]]:
+        """Tokenize each text (pair) into windows, each with its text's label as the head's target."""
+        pair = self.pair_field
+        if pair is None:
+            enc, rows = text_windows(tokenizer, batch["text"], max_length, stride)
+        else:
+            numbers = [index + 1 for index in indices]
+            texts, pairs = batch["text"], batch["text_pair"]
+            enc, rows = pair_windows(tokenizer, texts, pairs, max_length, stride, pair, numbers)
+        enc["example_id"] = [indices[row] for row in rows]  # window -> row of the whole dataset
+        if label2id is not None:
+            enc["labels"] = [self.shape.target(batch["label"][row], label2id) for row in rows]
+        return enc
 
     def collator(
         self, tokenizer: PreTrainedTokenizerBase, return_tensors: str = "pt"
@@ -267,7 +306,9 @@ class SentimentTask(Task):
         """Dynamic padding to the batch's longest window (a multiple of 8 for tensor cores)."""
         from transformers import DataCollatorWithPadding
 
-        return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8, return_tensors=return_tensors)
+        return DataCollatorWithPadding(
+            tokenizer, pad_to_multiple_of=self.pad_to_multiple_of, return_tensors=return_tensors
+        )
 
     # Scoring, decoding, and what a run learns besides the weights.
 
@@ -286,8 +327,8 @@ class SentimentTask(Task):
 
     def decode(
         self,
-        raw: Dataset,
-        encoded: Dataset,
+        raw: Dataset | Table,
+        encoded: Dataset | Table,
         window_logits: Sequence[np.ndarray],
         id2label: dict[int, str],
     ) -> list[dict[str, Any]]:
@@ -387,7 +428,9 @@ class SentimentTask(Task):
         )
 
 
-def _example_logits(encoded: Dataset, window_logits: Sequence[np.ndarray], num_examples: int) -> np.ndarray:
+def _example_logits(
+    encoded: Dataset | Table, window_logits: Sequence[np.ndarray], num_examples: int
+) -> np.ndarray:
     """Average window logits per raw example: (W, C) -> (N, C).
 
     Accepts one (C,) array per window or per-batch (B, C) arrays, in the order of `encoded`'s rows.

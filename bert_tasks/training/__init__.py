@@ -10,6 +10,7 @@ of them is answered in a second, and leaves the output dir as it was.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,10 @@ def train(cfg: Config, data: Any = None) -> Path:
         raw = read_splits(task, cfg, data)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
+        inferred = task.infer_options(raw["train"], cfg)
+        if inferred:  # saved in recipe.yaml and the model's policy like options the user gave
+            cfg = replace(cfg, **inferred)
+            task = get_task(cfg)
         if isinstance(cfg.class_weights, list):
             check_class_weights(cfg.class_weights, task.label_names(raw["train"], cfg))
         from bert_tasks.training.run import Run  # torch, transformers, accelerate: once the input is good

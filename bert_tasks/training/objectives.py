@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bert_tasks.data.batching import model_inputs
+from bert_tasks.data.padded_batches import model_inputs
 from bert_tasks.training.class_weights import IGNORED
 
 

@@ -46,6 +46,7 @@ from bert_tasks.model_card import (
     versions_note,
 )
 from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
+from bert_tasks.modeling.encoders import attention_path, require_fused
 from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
 from bert_tasks.runtime import logs_above_progress_bars, progress_bars_wanted, resolve_mixed_precision
@@ -156,7 +157,7 @@ class Run:
         run = cls(cfg, task, raw, output)
         run._start_accelerator()
         set_seed(cfg.seed)
-        run.tokenizer = load_tokenizer(cfg.model)
+        run.tokenizer = load_tokenizer(cfg.model, **task.tokenizer_options)
         run.labels = task.label_names(raw["train"], cfg)
         run.data_sources = describe_data(
             cfg, raw, in_memory
@@ -204,9 +205,13 @@ class Run:
 
     def _load_model(self) -> None:
         cfg = self.cfg
-        model = load_model(cfg.model, self.task.name, self.labels, allow_pickle=cfg.allow_pickle)
+        model = load_model(
+            cfg.model, self.task.name, self.labels, allow_pickle=cfg.allow_pickle, attention=cfg.attention
+        )
         check_tokenizer_fits(self.tokenizer, model, cfg.model)
         if cfg.attention_dropout is not None:
+            todo = "drop attention_dropout (the model's config.json sets its attention dropout)"
+            require_fused(model.config, "attention_dropout=", cfg.model, todo)
             set_attention_dropout(model, cfg.attention_dropout)
         if self.task.problem_type is not None:  # the head's loss, and how vanilla transformers reads it
             model.config.problem_type = self.task.problem_type
@@ -339,6 +344,7 @@ class Run:
             f"{torch.get_num_threads()} CPU thread(s), OpenMP waits {_omp_waits()} | "
             f"output {self.output_dir} | trackers {', '.join(self.trackers) or 'none'}"
         )
+        logger.info(f"attention: {attention_path(accelerator.unwrap_model(self.model))}")
         if self.class_weights is not None:
             logger.info(self.class_weights.describe())
 

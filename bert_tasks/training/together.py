@@ -13,26 +13,28 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
+from accelerate.utils import reduce
 
 from bert_tasks.errors import BertTasksError
 
 
 @contextmanager
-def failing_together(accelerator: Accelerator, what: str) -> Iterator[None]:
-    """Run the block on every process; if it raised on any of them, raise on all (`what` names the step)."""
+def failing_together(state: Accelerator | PartialState, what: str) -> Iterator[None]:
+    """Run the block on every process; if it raised on any of them, raise on all (`what` names the step).
+
+    `state`: the run's Accelerator, or Accelerate's PartialState where no Accelerator is needed (prediction).
+    """
     failure: Exception | None = None
     try:
         yield
     except Exception as error:  # whatever it is, the other processes must hear of it before it propagates
         failure = error
-    if accelerator.num_processes > 1:
-        failed = torch.tensor(float(failure is not None), device=accelerator.device)
-        if failure is None and accelerator.reduce(failed, "sum").item() > 0:
+    if state.num_processes > 1:
+        failed = torch.tensor(float(failure is not None), device=state.device)
+        if reduce(failed, "sum").item() > 0 and failure is None:
             raise BertTasksError(
                 f"another process of this launch failed while {what} (it says why); this one stops"
             )
-        if failure is not None:
-            accelerator.reduce(failed, "sum")
     if failure is not None:
         raise failure

@@ -214,6 +214,7 @@ def test_an_unknown_format_is_one_line_before_anything_is_read() -> None:
         (("train.txt", "{rows}"), ["header=false"]),  # headerless text<TAB>label, .txt
     ],
 )
+@pytest.mark.slow
 def test_the_cli_trains_on_these_layouts_with_no_column_keys(
     tiny_model: Path,
     tmp_path: Path,

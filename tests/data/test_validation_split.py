@@ -179,6 +179,7 @@ def test_ner_entity_types_are_checked_against_the_carved_train(tmp_path: Path) -
 
 
 @pytest.mark.usefixtures("single_thread")
+@pytest.mark.slow
 def test_a_run_on_a_carved_split_says_so_in_its_card(tiny_model: Path, tmp_path: Path) -> None:
     train_file = DATA["sentiment"][0]
     cfg = tiny_config(

@@ -32,7 +32,12 @@ ERROR_CASES = [
     ),
     ("neither key", b"{}", 422, "the body: Value error, give exactly one of 'texts' and 'records'"),
     ("an unknown key", b'{"texts": ["a"], "text": "b"}', 422, "text: Extra inputs are not permitted"),
-    ("a record without text", b'{"records": [{"id": 1}]}', 422, "records.0.text: Field required"),
+    (
+        "a record without text",
+        b'{"records": [{"id": 1}]}',
+        422,
+        "record 1: JSON line has no 'text' string field (found id)",
+    ),
     (
         "an empty text",
         b'{"texts": ["fine", "  "]}',

@@ -35,6 +35,7 @@ def read_jsonl(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_out_keeps_every_field_and_the_order_and_predicts_as_json_does(
     sentiment_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -57,6 +58,7 @@ def test_out_keeps_every_field_and_the_order_and_predicts_as_json_does(
     assert not (tmp_path / "out.jsonl.partial").exists()
 
 
+@pytest.mark.slow
 def test_a_plain_text_file_and_arguments_become_records(sentiment_run: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.txt"
     source.write_text("First line.\n\n{not json\n", encoding="utf-8")
@@ -66,6 +68,7 @@ def test_a_plain_text_file_and_arguments_become_records(sentiment_run: Path, tmp
     assert [line["text"] for line in read_jsonl(out)] == ["An argument.", "First line.", "{not json"]
 
 
+@pytest.mark.slow
 def test_a_large_file_is_predicted_in_chunks_not_at_once(
     predictor: Predictor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,9 +81,9 @@ def test_a_large_file_is_predicted_in_chunks_not_at_once(
     seen: list[int] = []
     annotate = predictor.annotate
 
-    def spy(chunk: list[tuple[str, dict[str, object]]], pair: str | None = None) -> list[dict[str, object]]:
+    def spy(chunk: list[tuple[str, dict[str, object]]]) -> list[dict[str, object]]:
         seen.append(len(chunk))
-        return annotate(chunk, pair)
+        return annotate(chunk)
 
     monkeypatch.setattr(predictor, "annotate", spy)
     records, total = prediction_inputs([], str(source))
@@ -98,6 +101,7 @@ def test_chunks_are_bounded_by_characters_too() -> None:
     assert [where for chunk in chunks(records, 3, 10**6) for where, _ in chunk] == [w for w, _ in records]
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_bad_input_leaves_the_partial_file_of_the_first_chunks(
     predictor: Predictor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -166,6 +170,7 @@ def test_a_field_the_prediction_writes_is_refused_with_its_line(
         (["--out", "{tmp}/o.jsonl", "--format", "label-studio"], "--out writes JSON Lines"),
     ],
 )
+@pytest.mark.slow
 def test_output_mistakes_are_one_line_before_torch_loads(
     sentiment_run: Path, tmp_path: Path, tail: list[str], message: str
 ) -> None:

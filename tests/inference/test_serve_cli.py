@@ -26,6 +26,7 @@ from tests.test_cli_startup import probe
         (["extra"], "serve takes one task, got also: extra"),
     ],
 )
+@pytest.mark.slow
 def test_serve_settings_are_checked_before_torch_loads(
     sentiment_run: Path, tmp_path: Path, flags: list[str], message: str
 ) -> None:
@@ -34,6 +35,7 @@ def test_serve_settings_are_checked_before_torch_loads(
     assert answer["loaded"] == []
 
 
+@pytest.mark.slow
 def test_a_port_in_use_and_a_model_of_the_other_task(sentiment_run: Path, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -46,6 +48,7 @@ def test_a_port_in_use_and_a_model_of_the_other_task(sentiment_run: Path, tmp_pa
     assert "holds a sentiment model, not a ner model" in answer["stderr"] and answer["loaded"] == []
 
 
+@pytest.mark.slow
 def test_serve_without_its_extra_names_it(sentiment_run: Path, tmp_path: Path) -> None:
     """uvicorn missing (an import that fails): one line naming the extra, before torch loads."""
     script = (

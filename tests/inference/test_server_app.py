@@ -91,6 +91,7 @@ def test_records_keep_their_id_and_every_other_field(client: TestClient, predict
         assert got["label"] == plain["label"]
 
 
+@pytest.mark.slow
 def test_a_ner_server_answers_entities(ner_run: Path) -> None:
     text = "Cisplatin nephrotoxicity was seen ."
     with TestClient(create_app(ServeSettings(str(ner_run), "ner"))) as ner_client:
@@ -112,6 +113,7 @@ def test_each_client_mistake_gets_its_status_and_one_line(
     assert detail.startswith(message) and "\n" not in detail, detail
 
 
+@pytest.mark.slow
 def test_a_model_dir_of_the_other_task_is_one_line(ner_run: Path) -> None:
     with pytest.raises(BertTasksError, match="holds a ner model, not a sentiment model"):
         create_app(ServeSettings(str(ner_run), "sentiment"))
@@ -177,6 +179,7 @@ def request_bodies() -> st.SearchStrategy[bytes]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(body=request_bodies())
+@pytest.mark.slow
 def test_no_request_body_gets_a_500(client: TestClient, body: bytes) -> None:
     answer = post(client, body)
     assert answer.status_code in (200, 400, 413, 422), (answer.status_code, answer.text)
@@ -185,3 +188,10 @@ def test_no_request_body_gets_a_500(client: TestClient, body: bytes) -> None:
         assert isinstance(payload["records"], list)
     else:
         assert isinstance(payload["detail"], str) and "\n" not in payload["detail"]
+
+
+def test_a_field_name_holding_a_newline_is_quoted_in_the_one_line_answer(client: TestClient) -> None:
+    """Found by the fuzz test above: the name of an unknown field is the client's text."""
+    answer = post(client, json.dumps({"\n": None}).encode())
+    assert answer.status_code == 422
+    assert answer.json()["detail"].startswith('"\\n": ') and "\n" not in answer.json()["detail"]

@@ -49,6 +49,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_bad_html_output_is_one_line_before_torch(
     argv: list[str], message: str, tmp_path: Path, ner_run: Path, sentiment_run: Path
 ) -> None:

@@ -133,10 +133,10 @@ def test_bad_model_dirs_give_clear_errors(tmp_path: Path):
         load_model(tmp_path, "sentiment")
     with pytest.raises(BertTasksError, match="no such directory"):
         load_model(tmp_path / "missing", "sentiment")
-    (tmp_path / "roberta").mkdir()
-    (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))
-    with pytest.raises(BertTasksError, match="not 'bert'"):
-        load_model(tmp_path / "roberta", "sentiment")
+    (tmp_path / "t5").mkdir()
+    (tmp_path / "t5" / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(BertTasksError, match="model_type 't5' is not a BERT-family encoder"):
+        load_model(tmp_path / "t5", "sentiment")
     with pytest.raises(BertTasksError, match="unknown task"):
         load_model(tmp_path, "summarise")
 

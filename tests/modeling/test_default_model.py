@@ -28,6 +28,7 @@ def models_and_batch(default_model_dir):
     return stock, patch_bert(copy.deepcopy(stock)), batch
 
 
+@pytest.mark.slow
 def test_eval_logits_and_attention_match(models_and_batch):
     stock, patched, batch = models_and_batch
     with torch.no_grad():
@@ -41,6 +42,7 @@ def test_eval_logits_and_attention_match(models_and_batch):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_train_gradients_match(models_and_batch):
     stock, patched, batch = models_and_batch
     stock, patched = copy.deepcopy(stock), copy.deepcopy(patched)

@@ -264,3 +264,41 @@ def test_loading_info_and_head_initialisation(tmp_path: Path) -> None:
         tensor._is_hf_initialized = False
     model._init_weights(model.classifier)
     assert not torch.equal(model.classifier.weight, before), "_init_weights re-draws an unflagged head"
+
+
+def test_auto_heads_map_configs_to_family_heads() -> None:
+    """modeling/encoders.py picks a task's head as its Auto class would (`_model_mapping`, config class ->
+    model class), tells encoders by transformers' masked-LM table, and takes BERT's classes for the fused
+    path by their base class; tasks/base.py (`saves_as`) maps a saved `architectures` name back to its task
+    by the `<Family>For<Kind>` naming every Auto head follows."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    families = {"bert": "Bert", "roberta": "Roberta", "deberta-v2": "DebertaV2", "distilbert": "DistilBert"}
+    for auto_name in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoModel"):
+        mapping = getattr(transformers, auto_name)._model_mapping
+        kind = auto_name.removeprefix("AutoModel") or "Model"
+        for model_type, family in families.items():
+            head = mapping[type(AutoConfig.for_model(model_type))]
+            assert head.__name__ == f"{family}{kind}", f"encoders.py (head_class), base.py (saves_as): {head}"
+            fused = issubclass(head, mb.BertPreTrainedModel)
+            assert fused == (model_type == "bert"), "encoders.py (takes_fused_path) reads the base class"
+    assert set(families) <= set(MODEL_FOR_MASKED_LM_MAPPING_NAMES), "encoders.py (check_encoder)"
+    assert not {"gpt2", "llama", "t5"} & set(MODEL_FOR_MASKED_LM_MAPPING_NAMES), "encoders.py (check_encoder)"
+    assert AutoConfig.for_model("bart").is_encoder_decoder, "encoders.py (check_encoder) refuses these"
+
+
+def test_attention_implementation_is_read_and_switched() -> None:
+    """encoders.py (attention_path) names `config._attn_implementation`; insight/attention_maps.py switches
+    another encoder to eager with `set_attn_implementation`, the implementation that returns probabilities;
+    modeling/load.py (`_in_encoder`) finds the encoder under `base_model_prefix`."""
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    model = RobertaForSequenceClassification._from_config(config).eval()
+    assert model.config._attn_implementation == "sdpa", "the default where a family offers SDPA"
+    assert model.base_model_prefix == "roberta" and model.base_model is model.roberta
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    attentions = model(IDS, attention_mask=MASK, output_attentions=True).attentions
+    assert len(attentions) == 2 and attentions[0].shape == (2, 4, 5, 5), "attention_maps.py: L x [B, H, T, T]"

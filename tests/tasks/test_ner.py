@@ -218,9 +218,14 @@ def test_decode_without_text_gives_word_tags(tokenizer):
     )
     encoded = NerTask().encode(raw, tokenizer, LABEL2ID, 16, 4)
     decoded = NerTask().decode(raw, encoded, window_logits(encoded, raw["tags"]), ID2LABEL)
+    entities = [{k: v for k, v in e.items() if k != "score"} for e in decoded[0].pop("entities")]
     assert decoded == [
         {"tokens": ["Aspirin", "caused", "rash"], "tags": ["B-Chemical", "O", "B-Disease"]},
-        {"tokens": [], "tags": []},
+        {"tokens": [], "tags": [], "entities": []},
+    ]
+    assert entities == [
+        {"label": "Chemical", "token_start": 0, "token_end": 1},
+        {"label": "Disease", "token_start": 2, "token_end": 3},
     ]
 
 

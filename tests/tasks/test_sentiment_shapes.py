@@ -13,7 +13,8 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from bert_tasks.data.batching import RowCollator, model_inputs, with_rows
+from bert_tasks.data.batching import RowCollator, with_rows
+from bert_tasks.data.padded_batches import model_inputs
 from bert_tasks.errors import BertTasksError
 from bert_tasks.modeling.load import load_model
 from bert_tasks.tasks.sentiment import SentimentTask

@@ -7,7 +7,7 @@ it, yet config, `train`, the saved model-dir policy, `evaluate_file` and `Predic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,6 +20,7 @@ from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from bert_tasks import tasks
 from bert_tasks.config import load_recipe
+from bert_tasks.data.table import Table
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.evaluate import evaluate_file
 from bert_tasks.inference.predictor import Predictor
@@ -29,13 +30,15 @@ from bert_tasks.training import train
 from tests.helpers import FAST
 
 LABELS = ["question", "statement"]
+#: What `decode` reads: a Dataset (evaluation) or a Table of plain lists (prediction).
+Rows = Dataset | Table
 
 
 class QuestionTask(Task):
     """One label per sentence from a headerless `label<TAB>text` file; windows averaged per sentence."""
 
     name = "question"
-    head = "BertForSequenceClassification"
+    head = "AutoModelForSequenceClassification"
     config_defaults: ClassVar[dict[str, Any]] = {"max_length": 32, "stride": 8}
     default_metric = "accuracy"
     metric_names = ("accuracy",)
@@ -50,39 +53,37 @@ class QuestionTask(Task):
     def label_names(self, train: Dataset, cfg: Any) -> list[str]:
         return sorted(set(train["label"]))
 
-    def texts_to_raw(self, texts: list[str]) -> Dataset:
-        return Dataset.from_dict({"text": texts})
+    def prediction_columns(self, texts: list[str]) -> dict[str, list[Any]]:
+        return {"text": texts}
 
-    def encode(
+    def encode_batch(
         self,
-        raw: Dataset,
+        batch: Mapping[str, list[Any]],
+        indices: Sequence[int],
         tokenizer: PreTrainedTokenizerBase,
         label2id: dict[str, int] | None,
         max_length: int,
         stride: int,
-    ) -> Dataset:
-        def windows(batch: dict[str, list[Any]], indices: list[int]) -> dict[str, list[Any]]:
-            enc = tokenizer(
-                batch["text"],
-                truncation=True,
-                max_length=max_length,
-                stride=stride,
-                return_overflowing_tokens=True,
-            )
-            rows = enc.pop("overflow_to_sample_mapping")
-            enc["example_id"] = [indices[row] for row in rows]
-            if label2id is not None:
-                enc["labels"] = [label2id[batch["label"][row]] for row in rows]
-            return dict(enc)
-
-        return raw.map(windows, batched=True, with_indices=True, remove_columns=raw.column_names)
+    ) -> dict[str, list[Any]]:
+        enc = tokenizer(
+            batch["text"],
+            truncation=True,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+        )
+        rows = enc.pop("overflow_to_sample_mapping")
+        enc["example_id"] = [indices[row] for row in rows]
+        if label2id is not None:
+            enc["labels"] = [label2id[batch["label"][row]] for row in rows]
+        return dict(enc)
 
     def collator(
         self, tokenizer: PreTrainedTokenizerBase, return_tensors: str = "pt"
     ) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor | np.ndarray]]:
         return DataCollatorWithPadding(tokenizer, return_tensors=return_tensors)
 
-    def _predicted(self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray]) -> np.ndarray:
+    def _predicted(self, raw: Rows, encoded: Rows, window_logits: Sequence[np.ndarray]) -> np.ndarray:
         sums = np.zeros((len(raw), len(window_logits[0])))  # [N, C]
         np.add.at(sums, np.asarray(encoded["example_id"]), np.stack(window_logits))
         return sums.argmax(axis=1)  # [N]
@@ -94,7 +95,7 @@ class QuestionTask(Task):
         return {"accuracy": float(np.mean([p == g for p, g in zip(predicted, raw["label"], strict=True)]))}
 
     def decode(
-        self, raw: Dataset, encoded: Dataset, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
+        self, raw: Rows, encoded: Rows, window_logits: Sequence[np.ndarray], id2label: dict[int, str]
     ) -> list[str]:
         return [id2label[int(i)] for i in self._predicted(raw, encoded, window_logits)]
 
@@ -129,6 +130,7 @@ def write_questions(path: Path, count: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_task_registered_outside_the_package_trains_evaluates_and_predicts(
     question_task: type[Task], tiny_model: Path, tmp_path: Path
 ) -> None:

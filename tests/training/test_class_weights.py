@@ -66,6 +66,7 @@ def losses(run_dir: Path) -> list[float]:
     return [record["loss"] for record in read_log(run_dir) if "loss" in record]
 
 
+@pytest.mark.slow
 def test_auto_is_logged_noted_in_the_recipe_and_changes_only_the_loss(
     tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -89,6 +90,7 @@ def test_auto_is_logged_noted_in_the_recipe_and_changes_only_the_loss(
     assert losses(runs["auto"])[0] != pytest.approx(losses(runs["plain"])[0], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_ner_weights_count_every_trained_tag_o_included(tiny_model: Path, tmp_path: Path) -> None:
     """With windows longer than every sentence and the first sub-token of each word trained, the counts
     are the file's tag counts."""

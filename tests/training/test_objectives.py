@@ -42,6 +42,7 @@ def test_low_precision_logits_are_scored_in_float32() -> None:
 
 
 @pytest.mark.parametrize("task", ["sentiment", "ner"])
+@pytest.mark.slow
 def test_equal_weights_give_the_heads_own_loss_through_fused_attention_and_unpadding(
     task: str, tiny_model: Path, padded_batch: dict[str, torch.Tensor]
 ) -> None:

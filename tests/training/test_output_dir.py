@@ -307,6 +307,7 @@ def test_resume_keeps_the_previous_entries_listed(tmp_path: Path) -> None:
     assert manifest(out) == ["checkpoints", "metrics.json", "recipe.yaml"]
 
 
+@pytest.mark.slow
 def test_the_module_imports_without_the_training_stack() -> None:
     heavy = "{'torch', 'transformers', 'datasets', 'accelerate'}"
     code = f"import sys, bert_tasks.training.output_dir; print(sorted({heavy} & set(sys.modules)))"

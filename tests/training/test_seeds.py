@@ -39,6 +39,7 @@ def seeds_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return train(tiny_config("sentiment", tiny_model, out, seeds="[7,8]", max_steps=2))
 
 
+@pytest.mark.slow
 def test_each_seed_is_a_whole_run_and_the_summary_holds_their_scores(seeds_run: Path) -> None:
     summary = json.loads((seeds_run / "seeds.json").read_text())
     accuracies = []
@@ -53,6 +54,7 @@ def test_each_seed_is_a_whole_run_and_the_summary_holds_their_scores(seeds_run: 
     assert {"recipe.yaml", "seed-7", "seed-8", "seeds.json"} <= set(manifest["entries"])
 
 
+@pytest.mark.slow
 def test_resume_keeps_finished_seeds_and_trains_the_missing_one(
     seeds_run: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -64,6 +66,7 @@ def test_resume_keeps_finished_seeds_and_trains_the_missing_one(
     assert (run / "seed-8" / "metrics.json").is_file()
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_the_seeds_run_and_keeps_a_users_file(
     seeds_run: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -78,6 +78,7 @@ def cut_back(run_dir: Path, to: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_the_train_log_scalars_at_the_same_steps(tensorboard_run: Path) -> None:
     """loss, lr, grad_norm, examples/s, epoch and every eval score: the same values at the same steps."""
     tags = events(tensorboard_run).keys()
@@ -88,6 +89,7 @@ def test_tensorboard_holds_the_train_log_scalars_at_the_same_steps(tensorboard_r
     assert_same_scalars(tensorboard_run)
 
 
+@pytest.mark.slow
 def test_the_config_goes_to_the_trackers_as_scalar_hyperparameters(tensorboard_run: Path) -> None:
     """As the run used it (report_to resolved), scalars only: unset keys are left out."""
     (params_file,) = (tensorboard_run / "logs" / "bert-tasks").glob("*/hparams.yml")
@@ -100,6 +102,7 @@ def test_the_config_goes_to_the_trackers_as_scalar_hyperparameters(tensorboard_r
     assert all(isinstance(value, str | int | float | bool) for value in params.values())
 
 
+@pytest.mark.slow
 def test_logs_are_recorded_in_the_manifest_so_overwrite_replaces_them(
     tensorboard_run: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -113,6 +116,7 @@ def test_logs_are_recorded_in_the_manifest_so_overwrite_replaces_them(
     assert_same_scalars(out)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_appends_without_repeating_the_steps_it_logs_again(
     tensorboard_run: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -128,6 +132,7 @@ def test_a_resumed_run_appends_without_repeating_the_steps_it_logs_again(
     assert_same_scalars(out)
 
 
+@pytest.mark.slow
 def test_a_resumed_dir_holding_a_logs_dir_of_the_users_is_never_written_into(
     tensorboard_run: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -197,6 +202,7 @@ print(json.dumps({"status": status, "stderr": err.getvalue(), "loaded": loaded})
         ),
     ],
 )
+@pytest.mark.slow
 def test_an_unknown_or_missing_tracker_is_one_line_before_torch(
     tmp_path: Path, report_to: str, hidden: list[str], message: str
 ) -> None:
@@ -214,6 +220,7 @@ def test_an_unknown_or_missing_tracker_is_one_line_before_torch(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_each_evaluation_is_one_line_and_the_summary_names_commands_that_run(
     tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

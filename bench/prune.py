@@ -1,0 +1,197 @@
+"""Benchmark: `bert-tasks prune` at 25% and 50% of the heads, with and without recovery, and the speed bought.
+
+SST-2 part: a sentiment model trained with recipes/sentiment_sst2.yaml on the first --sst2-rows rows of
+../shared/data/sst2/train.tsv for 1 epoch (batch 16, lr 1e-4, as tests/test_end_to_end.py's slice run),
+the checkpoint picked on the recipe's stratified 5% split of that slice, the full dev set (872 sentences)
+held out. BC5CDR part: recipes/ner_bc5cdr.yaml on the first --bc5cdr-rows training sentences for 1 epoch,
+validation and test the first --bc5cdr-eval sentences of dev and test.
+
+Each model is pruned twice (25% and 50% of its 72 heads) by `bert_tasks.pruning.prune`, scored on the
+validation split (which chooses the heads), and then fine-tuned for --recover-steps updates through
+`train`; one run gives both rows, since pruning.json scores the test split before recovery and
+metrics.json after. texts/s: prediction (`Predictor.predict`, fp32, batch 64) over the test texts, best
+of --repeats, with 1 and 2 torch threads.
+
+Run from the repo root:
+
+    OMP_WAIT_POLICY=PASSIVE python bench/prune.py --json bench/results/prune.json
+    python bench/prune.py --sst2-rows 400 --bc5cdr-rows 200 --bc5cdr-eval 100 --recover-steps 5  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from common import machine_line, quiet, table_header, table_row, timed, write_json
+
+from bert_tasks import load_recipe, train
+from bert_tasks.inference.predictor import Predictor
+from bert_tasks.pruning import prune
+
+DATA = Path("../shared/data")
+SHARES = (0.25, 0.5)
+
+
+def sst2_model(root: Path, rows: int) -> Path:
+    cfg = load_recipe(
+        "recipes/sentiment_sst2.yaml",
+        [
+            f"train_file={DATA / 'sst2' / 'train.tsv'}",
+            f"test_file={DATA / 'sst2' / 'dev.tsv'}",
+            f"max_train_samples={rows}",
+            "epochs=1",
+            "batch_size=16",
+            "lr=1e-4",
+            "warmup_ratio=0.1",
+            "eval_every=0",
+            "report_to=none",
+            f"output_dir={root / 'sst2'}",
+        ],
+        task="sentiment",
+    )
+    return train(cfg)
+
+
+def bc5cdr_model(root: Path, rows: int, eval_rows: int) -> Path:
+    cfg = load_recipe(
+        "recipes/ner_bc5cdr.yaml",
+        [
+            f"train_file={DATA / 'bc5cdr' / 'train.tsv'}",
+            f"validation_file={DATA / 'bc5cdr' / 'dev.tsv'}",
+            f"test_file={DATA / 'bc5cdr' / 'test.tsv'}",
+            f"max_train_samples={rows}",
+            f"max_eval_samples={eval_rows}",
+            "epochs=1",
+            "report_to=none",
+            f"output_dir={root / 'bc5cdr'}",
+        ],
+        task="ner",
+    )
+    return train(cfg)
+
+
+def test_texts(model_dir: Path) -> list[str]:
+    """The test split's texts as the model's recipe reads them (SST-2 dev, the BC5CDR test slice)."""
+    from bert_tasks.data.splits import read_splits
+    from bert_tasks.model_dir import read_policy
+    from bert_tasks.tasks import task_class
+
+    policy = read_policy(model_dir)
+    cfg = load_recipe(model_dir / "recipe.yaml", [], policy.task)
+    task = task_class(policy.task)(**policy.task_options)
+    raw = read_splits(task, cfg)["test"]
+    return list(raw["text"]) if "text" in raw.column_names else [" ".join(tokens) for tokens in raw["tokens"]]
+
+
+def record_heads(model_dir: Path) -> int:
+    config = json.loads((model_dir / "config.json").read_text())
+    return config["num_hidden_layers"] * config["num_attention_heads"]
+
+
+def texts_per_second(model_dir: Path, texts: list[str], threads: int, repeats: int) -> float:
+    torch.set_num_threads(threads)
+    predictor = Predictor(model_dir, mixed_precision="no", progress=False)
+    predictor.predict(texts[:64])  # warm-up
+    best = min(timed(lambda: predictor.predict(texts))[1] for _ in range(repeats))
+    return round(len(texts) / best, 1)
+
+
+def measure(task: str, model_dir: Path, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    metric = json.loads((model_dir / "metrics.json").read_text())["metric_for_best"]
+    texts = test_texts(model_dir)
+    speed = {t: texts_per_second(model_dir, texts, t, args.repeats) for t in (1, 2)}
+    base = json.loads((model_dir / "metrics.json").read_text())
+    rows = [
+        {
+            "model": "unpruned",
+            "heads": record_heads(model_dir),
+            "validation": base["validation"][metric],
+            "test": base["test"][metric],
+            "texts_per_s": speed,
+        }
+    ]
+    for share in SHARES:
+        out = root / f"{task}-pruned-{int(share * 100)}"
+        started = time.perf_counter()
+        prune(task, model_dir, str(share), out, [f"recover_steps={args.recover_steps}"])
+        seconds = time.perf_counter() - started
+        record = json.loads((out / "pruning.json").read_text())
+        last, recovery = record["steps"][-1], record["recovery"]
+        speed = {t: texts_per_second(out, texts, t, args.repeats) for t in (1, 2)}
+        common = {"heads": last["heads_kept"], "texts_per_s": speed, "prune_s": round(seconds, 1)}
+        rows.append(
+            {
+                "model": f"{share:.0%} pruned",
+                "validation": last["validation"][metric],
+                "test": last["test"][metric],
+                **common,
+            }
+        )
+        rows.append(
+            {
+                "model": f"{share:.0%} pruned + {args.recover_steps} recovery updates",
+                "validation": recovery["validation"][metric],
+                "test": recovery["test"][metric],
+                **common,
+            }
+        )
+        rows[-1]["pruned_heads"] = record["pruned_heads"]
+    return {"task": task, "metric": metric, "test_texts": len(texts), "rows": rows}
+
+
+def show(result: dict[str, Any]) -> None:
+    print(f"\n{result['task']} ({result['metric']}; {result['test_texts']} test texts)")
+    table_header(["model", "heads", "validation", "test", "texts/s 1 thread", "texts/s 2 threads"])
+    for row in result["rows"]:
+        speed = row["texts_per_s"]
+        table_row(
+            [row["model"], row["heads"], f"{row['validation']:.4f}", f"{row['test']:.4f}", speed[1], speed[2]]
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sst2-rows", type=int, default=4000)
+    parser.add_argument("--bc5cdr-rows", type=int, default=2000)
+    parser.add_argument("--bc5cdr-eval", type=int, default=500)
+    parser.add_argument("--recover-steps", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--part", choices=("all", "sst2", "bc5cdr"), default="all")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    quiet()
+    print(machine_line())
+    started = time.perf_counter()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-prune-") as scratch:
+        root = Path(scratch)
+        if args.part in ("all", "sst2"):
+            results.append(measure("sentiment", sst2_model(root, args.sst2_rows), root, args))
+            show(results[-1])
+        if args.part in ("all", "bc5cdr"):
+            model = bc5cdr_model(root, args.bc5cdr_rows, args.bc5cdr_eval)
+            results.append(measure("ner", model, root, args))
+            show(results[-1])
+    wall = round(time.perf_counter() - started)
+    print(f"\nwall time {wall} s")
+    write_json(
+        args.json,
+        {
+            "machine": machine_line(),
+            "args": vars(args) | {"json": str(args.json)},
+            "wall_s": wall,
+            "results": results,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Prediction's list path (`Predictor.predict`: the task's `encode_batch` and `decode` on plain lists,
+`PaddedBatches`) gives exactly the records of the Dataset path (`datasets.map` over the same encoding),
+and its batches are the tensors the task's own collator builds in training, window for window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bert_tasks.data.batching import eval_loader
+from bert_tasks.data.padded_batches import PaddedBatches, Padding
+from bert_tasks.inference.predictor import Predictor
+from bert_tasks.model_dir import load_finetuned
+from tests.helpers import LONG_NER_TEXT, LONG_REVIEW
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+#: Short and long texts, in no length order: several batches of 4 windows, texts cut into windows.
+TEXTS = {
+    "sentiment": ["Great.", LONG_REVIEW, "The soup was cold and the waiter rude.", "Fine", LONG_REVIEW[:90]],
+    "ner": ["Aspirin caused nausea.", LONG_NER_TEXT, "No findings .", LONG_NER_TEXT[:120], "Cisplatin"],
+}
+
+
+@pytest.mark.parametrize("task", ["sentiment", "ner"])
+def test_the_list_path_gives_the_records_of_the_dataset_path(
+    task: str, request: pytest.FixtureRequest
+) -> None:
+    predictor = Predictor(request.getfixturevalue(f"{task}_run"), batch_size=4)
+    texts = TEXTS[task]
+    raw = predictor.task.texts_to_raw(texts)
+    encoded, logits = predictor.window_logits(raw)  # through datasets.map
+    assert len(encoded) > len(texts) and len(encoded) > 4  # texts cut into windows, several batches
+    predictions = predictor.task.decode(raw, encoded, logits, predictor.id2label)
+    through_dataset = [predictor.task.record(t, p) for t, p in zip(texts, predictions, strict=True)]
+    assert predictor.records(texts) == through_dataset
+    assert predictor.records(texts[::-1]) == through_dataset[::-1]  # each text's record, whatever its batch
+
+
+@pytest.mark.parametrize("task", ["sentiment", "ner"])
+def test_padded_batches_are_the_collators_batches(task: str, request: pytest.FixtureRequest) -> None:
+    """Same windows per batch, same order, same padded tensors as training's eval loader + collator."""
+    loaded = load_finetuned(request.getfixturevalue(f"{task}_run"))
+    task_, tokenizer = loaded.task, loaded.tokenizer
+    encoded = task_.encode(task_.texts_to_raw(TEXTS[task] * 3), tokenizer, None, 32, 8)
+    expected = list(eval_loader(encoded, task_.collator(tokenizer), 5))
+    padding = Padding.of(tokenizer, task_.pad_to_multiple_of)
+    found = list(PaddedBatches(encoded, 5, padding, torch.from_numpy))
+    assert len(found) == len(expected) == len(PaddedBatches(encoded, 5, padding)) > 3
+    for mine, theirs in zip(found, expected, strict=True):
+        assert mine.keys() == theirs.keys()
+        for name in theirs:
+            torch.testing.assert_close(mine[name], theirs[name], rtol=0, atol=0)
+        assert mine["input_ids"].shape[1] % 8 == 0
+
+
+def test_a_batch_is_padded_to_its_longest_window_rounded_up() -> None:
+    table = {"input_ids": [[5, 6, 7], [5], [5, 6, 7, 8, 9]], "attention_mask": [[1, 1, 1], [1], [1] * 5]}
+
+    class Columns(dict):
+        column_names = property(lambda self: list(self))
+
+        def __len__(self) -> int:
+            return len(self["input_ids"])
+
+    batches = list(PaddedBatches(Columns(table), 2, Padding(input_id=0, token_type=0, multiple=4)))
+    assert [batch["row"].tolist() for batch in batches] == [[1, 0], [2]]
+    np.testing.assert_array_equal(batches[0]["input_ids"], [[5, 0, 0, 0], [5, 6, 7, 0]])
+    np.testing.assert_array_equal(batches[0]["attention_mask"], [[1, 0, 0, 0], [1, 1, 1, 0]])
+    np.testing.assert_array_equal(batches[1]["input_ids"], [[5, 6, 7, 8, 9, 0, 0, 0]])
+    assert "token_type_ids" not in batches[0]
