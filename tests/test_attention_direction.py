@@ -19,6 +19,9 @@ from bert_tasks.modeling.load import load_model
 from bert_tasks.modeling.patch import attention_direction
 from tests.helpers import fast_overrides
 
+#: Every test here trains a tiny causal run through the CLI or exports it.
+pytestmark = pytest.mark.slow
+
 TEXTS = ["I loved every minute of it.", "Dull, slow and far too long; I left early."]
 
 

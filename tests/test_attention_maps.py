@@ -95,6 +95,7 @@ def test_cli_writes_the_default_file_name(
         (["--layer", "all", "--head", "-1"], "head -1 is out of range"),
     ],
 )
+@pytest.mark.slow
 def test_layer_and_head_out_of_range(
     tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:

@@ -327,6 +327,7 @@ def test_debug_shows_the_traceback_of_a_bad_input(place: Place) -> None:
         main(["--debug", *case.argv])
 
 
+@pytest.mark.slow
 def test_stray_inside_tags_are_repaired_with_a_warning(
     place: Place, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -374,6 +375,7 @@ def plant_remote_code(model: Path, marker: Path) -> str | None:
 
 
 @pytest.mark.parametrize("plant", [plant_pickle_weights, plant_remote_code])
+@pytest.mark.slow
 def test_code_planted_in_a_model_dir_never_runs(
     plant: Callable[[Path, Path], str | None], place: Place, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -461,6 +463,7 @@ def test_100k_character_text_finds_every_entity_at_its_offsets(
     ],
     ids=["control characters", "emoji", "right-to-left"],
 )
+@pytest.mark.slow
 def test_unusual_characters_keep_entities_and_offsets(
     text: str, tagger_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

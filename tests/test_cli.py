@@ -192,6 +192,7 @@ def test_predict_ner_json_and_table(ner_dir: Path, capsys: pytest.CaptureFixture
     assert f"{first['start']:>5}-{first['end']:<5}" in table
 
 
+@pytest.mark.slow
 def test_options_after_positionals(sentiment_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`predict sentiment --model DIR "text"` and `predict sentiment "text" --model DIR` agree."""
     capsys.readouterr()

@@ -137,6 +137,7 @@ def test_the_json_report_is_one_object_on_stdout(capsys: pytest.CaptureFixture[s
         ("no train", "no training data; set train_file or a dataset with a train split"),
     ],
 )
+@pytest.mark.slow
 def test_errors_print_the_report_and_exit_1(
     case: str, error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -20,6 +20,7 @@ from tests.helpers import DATA, cli_error_line
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
+@pytest.mark.slow
 def test_viterbi_false_runs_argmax_and_says_it_differs_from_training(
     ner_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

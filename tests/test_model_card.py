@@ -113,6 +113,7 @@ def test_card_and_recipe_record_the_library_versions(run: Path) -> None:
         assert f"{name} {version}" in header
 
 
+@pytest.mark.slow
 def test_every_python_snippet_in_the_card_runs_on_the_model_dir(run: Path) -> None:
     """The bert-tasks snippet and the vanilla transformers `pipeline` one, executed as written."""
     blocks = python_blocks((run / MODEL_CARD).read_text(encoding="utf-8"))

@@ -280,6 +280,7 @@ BAD_TOKENIZERS: dict[str, Callable[[Path], Path]] = {
 
 
 @pytest.mark.parametrize("case", BAD_TOKENIZERS)
+@pytest.mark.slow
 def test_a_damaged_tokenizer_file_is_named(
     case: str, ner_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -459,6 +460,7 @@ def test_another_runs_state_and_the_only_checkpoint(
     assert_refused(library, argv, expected, capsys)
 
 
+@pytest.mark.slow
 def test_damaged_best_weights_are_one_line(
     checkpointed: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -174,6 +174,7 @@ def test_the_server_takes_token_records(ner_run: Path, tagger: EntityTagger) -> 
         assert bad.json()["detail"].startswith("record 2: 'tokens' is an empty list")
 
 
+@pytest.mark.slow
 def test_a_run_saves_the_splitter_its_corpus_calls_for_and_predicts_raw_text_with_it(
     tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -133,6 +133,7 @@ def test_export_loads_in_vanilla_transformers(sentiment_dir: Path, exported: Pat
         torch.testing.assert_close(copy[name], tensor, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_export_refuses_a_non_empty_dir_and_bad_models(sentiment_dir: Path, tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("x")

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bert_tasks.data.batching import model_inputs
+from bert_tasks.data.padded_batches import model_inputs
 from bert_tasks.modeling.head_gates import gated_heads, self_attentions
 
 if TYPE_CHECKING:

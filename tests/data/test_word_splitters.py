@@ -111,6 +111,7 @@ def test_texts_with_spans_are_cut_by_the_models_splitter(tmp_path: Path) -> None
     assert task.texts_to_raw(["@maria_k flew"])["tokens"] == [["@maria_k", "flew"]]
 
 
+@pytest.mark.slow
 def test_raw_text_writes_tokens_back_as_people_write() -> None:
     tokens = ["Selegiline", "-", "induced", "hypotension", "in", "Parkinson", "'", "s", "(", "PD", ")", "."]
     text, spans = raw_text(tokens)

@@ -108,6 +108,7 @@ def test_a_failure_on_one_process_ends_both_with_one_line_each(sentiment_run: Pa
         (["--out", "o.jsonl", "--file", "-"], "--file -: standard input cannot be shared by the 2 processes"),
     ],
 )
+@pytest.mark.slow
 def test_what_several_processes_cannot_do_is_one_line_before_torch_loads(
     sentiment_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: list[str], message: str
 ) -> None:

@@ -25,6 +25,7 @@ TEXTS = {
 
 
 @pytest.mark.parametrize("task", ["sentiment", "ner"])
+@pytest.mark.slow
 def test_the_list_path_gives_the_records_of_the_dataset_path(
     task: str, request: pytest.FixtureRequest
 ) -> None:

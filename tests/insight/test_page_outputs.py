@@ -85,6 +85,7 @@ def test_a_capped_text_is_the_attention_of_its_first_pieces(tiny_model: Path) ->
     torch.testing.assert_close(capped.probs, first_six.probs)
 
 
+@pytest.mark.slow
 def test_the_ner_scores_png_stays_bounded_for_many_types(tmp_path: Path) -> None:
     per_type = {
         f"type{i:03d}": {"precision": 0.5, "recall": 0.4, "f1": 0.44, "support": i} for i in range(300)

@@ -39,6 +39,9 @@ from bert_tasks.training import train
 from tests.helpers import LABELS, LONG_NER_TEXT, LONG_REVIEW, one_thread, tiny_config
 from tests.tiny_encoders import FAMILIES, build_tiny_encoder
 
+#: Every test here trains, saves or exports tiny RoBERTa / DeBERTa-v2 / DistilBERT runs (seconds each).
+pytestmark = pytest.mark.slow
+
 TASKS = ("sentiment", "ner")
 #: The tiny runs: 3 updates each, enough to move every weight away from its initial value.
 SHORT = {"max_steps": 3}

@@ -133,6 +133,7 @@ def test_the_lowest_heads_go_but_never_a_layers_last() -> None:
         (["--heads", "2", "lr=1e-4"], "sets the recovery fine-tuning"),
     ],
 )
+@pytest.mark.slow
 def test_the_cli_answers_before_torch_and_datasets(
     sentiment_run: Path, tmp_path: Path, argv, message
 ) -> None:

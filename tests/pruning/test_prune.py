@@ -27,7 +27,8 @@ from bert_tasks.modeling.head_gates import gated_heads
 from bert_tasks.pruning import prune
 from tests.helpers import DATA, LONG_NER_TEXT, LONG_REVIEW, cli_error_line, read_conll, write_conll
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+#: Every test here prunes (and some recover or export) a tiny fine-tuned run: slow, on one thread.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_thread")]
 
 TASKS = ("sentiment", "ner")
 
