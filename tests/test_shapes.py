@@ -146,6 +146,37 @@ def test_pairs_are_records_on_the_list_path_and_stream_through_predict_out(
         predictor.annotate(clash)
 
 
+@pytest.mark.slow
+def test_two_processes_stream_pairs_as_one_process_does(runs: dict[str, Path], tmp_path: Path) -> None:
+    """`predict --out` under `accelerate launch` on a pair model: every process fills `--pair` and
+    checks the pairs as the one process does, and the output is that process's byte for byte."""
+    import os
+    import subprocess
+    import sys
+
+    from bert_tasks.inference.stream import CHUNK_TEXTS
+    from tests.test_distributed import launch_result
+
+    source = tmp_path / "in.jsonl"
+    lines = [{"id": n, "text": f"review {n}: {REVIEW}"} for n in range(CHUNK_TEXTS + 50)]  # two chunks
+    for line in lines[::2]:
+        line["aspect"] = "battery"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    argv = ["-m", "bert_tasks", "predict", "sentiment", "--model", str(runs["pairs"]), "--file", str(source)]
+    argv += ["--pair", "screen", "--out"]
+    single = subprocess.run(
+        [sys.executable, *argv, str(one)], env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True
+    )
+    assert single.returncode == 0, single.stderr.decode()[-3000:]
+    launched = launch_result(*argv, two)
+    assert launched.returncode == 0, launched.stderr[-5000:]
+    assert two.read_bytes() == one.read_bytes()
+    written = [json.loads(line) for line in two.read_text().splitlines()]
+    assert [record["aspect"] for record in written[:4]] == ["battery", "screen", "battery", "screen"]
+    assert [record["id"] for record in written] == list(range(len(lines)))
+
+
 def test_pair_mistakes_are_one_line(
     runs: dict[str, Path], sentiment_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
