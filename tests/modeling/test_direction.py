@@ -16,10 +16,8 @@ from transformers import BertForSequenceClassification, BertForTokenClassificati
 
 from bert_tasks import patch_bert
 from bert_tasks.errors import BertTasksError
-from bert_tasks.modeling import unpad
 from bert_tasks.modeling.direction import last_tokens
 from bert_tasks.modeling.patch import attention_direction, set_attention_direction, traceable
-from bert_tasks.modeling.unpad import Unpadding
 from tests.helpers import assert_same_training_step, at_real_tokens, tiny_bert_config
 
 DIRECTED = ["causal", "right_to_left"]
@@ -46,21 +44,6 @@ def stock_and_directed(model_class, direction: str, **overrides):
     return stock, patched
 
 
-@pytest.fixture
-def unpadded_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Rows of each `Unpadding.gather` call: non-empty when the unpadded path ran."""
-    rows: list[int] = []
-    gather = Unpadding.gather
-
-    def spy(self: Unpadding, padded: torch.Tensor) -> torch.Tensor:
-        packed = gather(self, padded)
-        rows.append(packed.shape[0])
-        return packed
-
-    monkeypatch.setattr(unpad.Unpadding, "gather", spy)
-    return rows
-
-
 def no_padding() -> dict[str, torch.Tensor]:
     input_ids = torch.randint(1000, 30000, (2, 9), generator=torch.Generator().manual_seed(1))
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
@@ -69,7 +52,7 @@ def no_padding() -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("direction", DIRECTED)
 @pytest.mark.parametrize("padded", [True, False])
 def test_hidden_states_and_probabilities_match_hand_masked_eager(
-    direction, padded, padded_batch, unpadded_calls
+    direction, padded, padded_batch, gathered_rows
 ):
     batch = padded_batch if padded else no_padding()
     mask = batch["attention_mask"]
@@ -78,7 +61,7 @@ def test_hidden_states_and_probabilities_match_hand_masked_eager(
         expected = stock(batch["input_ids"], hand_mask(mask, direction), output_attentions=True)
         fused = patched(**batch).last_hidden_state  # unpadded where padded, SDPA otherwise
         math = patched(**batch, output_attentions=True)  # the padded path, eager-style math
-    assert bool(unpadded_calls) == padded
+    assert bool(gathered_rows) == padded
     for actual in (fused, math.last_hidden_state):
         torch.testing.assert_close(
             at_real_tokens(actual, mask),

@@ -23,21 +23,6 @@ from bert_tasks.modeling.unpad import Unpadding, token_mask
 from tests.helpers import assert_same_training_step, at_real_tokens, tiny_bert_config
 
 
-@pytest.fixture
-def gathered_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many rows each `Unpadding.gather` call read: empty when the padded path ran."""
-    rows: list[int] = []
-    gather = Unpadding.gather
-
-    def spy(self: Unpadding, padded: torch.Tensor) -> torch.Tensor:
-        packed = gather(self, padded)
-        rows.append(packed.shape[0])
-        return packed
-
-    monkeypatch.setattr(unpad.Unpadding, "gather", spy)
-    return rows
-
-
 def stock_and_patched(model_class=BertModel, **overrides):
     """A stock model (sdpa masks) and a patched deep copy, both in eval mode, no dropout."""
     torch.manual_seed(0)
