@@ -306,7 +306,9 @@ def check_text_record(where: str, record: dict[str, Any]) -> dict[str, Any]:
         )
     if is_blank(value):
         raise BertTasksError(f"{where}: empty text in the 'text' field; fill it in or drop the record")
-    check_text(value, where, "the text")
+    # NULs pass, as in every text to predict: a record's NUL is a "\u0000" someone wrote (a raw one is no
+    # JSON), not the sign of a binary file that a file's reader refuses; a command-line text is one too.
+    check_text(value, where, "the text", nul=True)
     return record
 
 
