@@ -624,7 +624,8 @@ def _recovery_sentence(recovery: dict[str, Any], metric: str) -> str:
     )
     if recovery["best_step"] == 0:
         return done + "none beat the pruned model, so these are its weights, as pruning left them."
-    return done + f"step {recovery['best_step']} was the best ({recovery['gain']:+.4f} {metric}), and is this model."
+    gain = f"{recovery['gain']:+.4f} {metric}"
+    return done + f"step {recovery['best_step']} was the best ({gain}), and is this model."
 
 
 def pruned_card(
