@@ -4,9 +4,12 @@ Michel et al. 2019's iterative pruning: score every head on the validation split
 normalised per layer), remove the lowest-scored heads (`plan.choose_heads`), score the smaller model on
 validation, score the heads again, and so on until the asked number is gone. Optional recovery then
 fine-tunes the pruned model for `recover_steps` updates with `train(cfg)`, the one training loop, on the
-model's own training data (its recipe.yaml) or the files given. The result is a model dir like any other:
+model's own training data (its recipe.yaml) or the files given: a run from the source dir with those heads
+removed (`prune_heads`), which scores the pruned model before its first update, so the best-checkpoint
+rule never ends it worse on validation than pruning left it. The result is a model dir like any other:
 config.json's `pruned_heads` records what went, the weights hold the smaller shapes, and `load_model`
-rebuilds them; beside it pruning.json (every step's heads and scores) and pruning.png.
+rebuilds them; beside it pruning.json (every step's heads and scores, and the recovery's) and
+pruning.png, listed in the dir's manifest with the rest.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ def prune(
 
     `overrides`: `steps=K` (pruning steps; default one per 10% of the heads), `recover_steps=S` (recovery
     fine-tuning updates; default 0) and config keys: the data (`validation_file=`, ...) and, with
-    recovery, the training settings (`lr=`, ...) over the model's recipe.yaml.
+    recovery, the training settings (`lr=`, ...) over the model's recipe.yaml and recovery's defaults
+    (`plan.recovery_config`).
 
     Raises:
         BertTasksError: everything `plan_pruning` refuses (before torch loads), an `out_dir` that exists and
