@@ -45,10 +45,11 @@ def read_shape(directory: Path) -> ModelShape:
     return _shape(config, f"{directory / 'config.json'}", "save the model dir again")
 
 
-def shape_of(config: Any) -> ModelShape:
-    """The same from a loaded model's transformers config."""
-    values = {key: getattr(config, key, None) for key in ("num_hidden_layers", "num_attention_heads")}
-    return _shape({**values, "pruned_heads": getattr(config, "pruned_heads", None)}, "its config", "")
+def shape_of(config: Any, model: str) -> ModelShape:
+    """The same from a loaded model's transformers config (a hub model's: no config.json to read first)."""
+    keys = ("num_hidden_layers", "num_attention_heads", "pruned_heads")
+    values = {key: getattr(config, key, None) for key in keys}
+    return _shape(values, f"model {model}", "use a BERT with attention heads")
 
 
 def _shape(config: Mapping[str, Any], where: str, todo: str) -> ModelShape:
@@ -56,11 +57,11 @@ def _shape(config: Mapping[str, Any], where: str, todo: str) -> ModelShape:
     if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (layers, heads)):
         raise BertTasksError(
             f"{where}: num_hidden_layers / num_attention_heads are {layers!r} / {heads!r}, not positive "
-            f"integers; {todo or 'use a BERT with attention heads'}"
+            f"integers; {todo}"
         )
     pruned: dict[int, list[int]] = {}
     for layer, gone in (config.get("pruned_heads") or {}).items():
-        if not (str(layer).isdigit() and int(layer) < layers and isinstance(gone, list | set)) or not all(
+        if not (str(layer).isdigit() and int(layer) < layers and isinstance(gone, list)) or not all(
             isinstance(h, int) and 0 <= h < heads for h in gone
         ):
             raise BertTasksError(
@@ -77,7 +78,7 @@ def heads_by_layer(items: Sequence[str]) -> dict[int, list[int]]:
     """`["0:3", "0:1", "2:0"]` -> `{0: [1, 3], 2: [0]}` (the config has checked each item's form)."""
     found: dict[int, list[int]] = {}
     for item in items:
-        layer, head = map(int, HEAD_ITEM.fullmatch(item).groups())  # type: ignore[union-attr]
+        layer, head = map(int, item.split(":"))
         found.setdefault(layer, []).append(head)
     return {layer: sorted(heads) for layer, heads in sorted(found.items())}
 

@@ -213,7 +213,7 @@ class Run:
         if cfg.prune_heads:
             require_fused(model.config, "prune_heads=", cfg.model, "drop prune_heads, or train a BERT")
             heads = heads_by_layer(cfg.prune_heads)
-            check_removable(heads, shape_of(model.config), cfg.model)
+            check_removable(heads, shape_of(model.config, cfg.model), cfg.model)
             model.prune_heads(heads)
         if cfg.attention_dropout is not None:
             todo = "drop attention_dropout (the model's config.json sets its attention dropout)"
