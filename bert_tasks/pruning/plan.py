@@ -32,9 +32,9 @@ from bert_tasks.tasks import task_class
 #: Share of the model's heads removed per step when `steps=` is not given: Michel et al. 2019 prune
 #: iteratively by 10% of the heads at a time, scoring the heads again after each step.
 STEP_SHARE = 0.1
-#: Recovery's lr is the recipe's times this: the pruned model is trained already, and recovery only
-#: repairs it. At the recipe's own lr (1e-4) 100 recovery updates made SST-2 models worse than none;
-#: BENCHMARKS.md, "Head pruning", compares the two.
+#: Recovery's lr is the recipe's times this: a smaller step away from weights that are trained already.
+#: Measured against the recipe's own lr on SST-2 (BENCHMARKS.md, "Head pruning"): no difference outside
+#: the noise; with step 0 a candidate neither can end below the pruned model on validation.
 RECOVERY_LR_SHARE = 0.2
 #: Recovery warms its lr up over this share of its updates (as a fine-tuning does).
 RECOVERY_WARMUP = 0.1
