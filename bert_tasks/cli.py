@@ -314,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="key=value",
         help="steps=K (default: one per 10%% of the heads), recover_steps=S (default 0), and config keys "
         "over the model's recipe.yaml: its data (validation_file=, ...) and, with recovery, training "
-        "(lr=, ...)",
+        "(lr=, default the recipe's / 5; eval_every=, default recover_steps / 4; ...)",
     )
     prune.set_defaults(run=_prune, positionals="overrides")
 

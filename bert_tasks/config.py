@@ -24,6 +24,7 @@ import yaml
 from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT
 from bert_tasks.data.word_splitters import splitter_problem
 from bert_tasks.errors import BertTasksError
+from bert_tasks.pruning.heads import HEAD_ITEM
 from bert_tasks.tasks import task_class, task_names
 
 #: The default base model: sentence-transformers' all-MiniLM-L6-v2 (6 layers, 384 wide, uncased),
@@ -182,6 +183,13 @@ class Config:
         "which tokens each token attends to: bidirectional (all), causal (itself and those before it) or "
         "right_to_left (itself and those after it); saved with the model",
     )
+    prune_heads: list[str] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "remove these attention heads from the model before training: layer:head items, 0-based "
+            "in the original numbering, e.g. [0:3,5:1] (BERT only; bert-tasks prune's recovery writes it)"
+        },
+    )
     allow_pickle: bool = _key(
         False, "also load pickle-based pytorch_model.bin weights (can run code: only from a source you trust)"
     )
@@ -193,6 +201,11 @@ class Config:
         },
     )
     eval_every: int = _key(0, "evaluate every N updates (0 = at the end of each epoch)")
+    eval_at_start: bool = _key(
+        False,
+        "also score the model on validation before the first update (step 0): the best checkpoint may then "
+        "be the model as it started",
+    )
     save_every: int = _key(0, "resumable checkpoint every N updates (0 = off)")
     save_each_epoch: bool = _key(False, "resumable checkpoint at the end of each epoch")
     keep_checkpoints: int = _key(2, "how many of the newest checkpoints to keep (best/ apart)")
@@ -664,6 +677,13 @@ def _validate(cfg: Config) -> None:
             cfg.validation_split is None or cfg.validation_file is None,
             f"but validation_file={cfg.validation_file} gives a validation set too; pick one "
             "(validation_file=none to carve it from train, or validation_split=none)",
+        ),
+        (
+            "prune_heads",
+            cfg.prune_heads is None
+            or (_distinct(cfg.prune_heads) and all(HEAD_ITEM.fullmatch(item) for item in cfg.prune_heads)),
+            "must be distinct layer:head items (0-based), e.g. [0:3,5:1] (quoted in a YAML recipe: '1:2' "
+            "unquoted is the number 62 there), or none",
         ),
         (
             "label_names",

@@ -628,6 +628,18 @@ def _vanilla_pruned_section(
     ]
 
 
+def _recovery_sentence(recovery: dict[str, Any], metric: str) -> str:
+    """What the recovery fine-tuning did, and whether the card's model is the pruned one or a later step."""
+    done = (
+        f"{recovery['steps']} updates of recovery fine-tuning at lr {recovery['lr']:g}, scored on validation "
+        "before the first and during them (`train_log.jsonl`, `training_curves.png`): "
+    )
+    if recovery["best_step"] == 0:
+        return done + "none beat the pruned model, so these are its weights, as pruning left them."
+    gain = f"{recovery['gain']:+.4f} {metric}"
+    return done + f"step {recovery['best_step']} was the best ({gain}), and is this model."
+
+
 def pruned_card(
     source_dir: Path, out_dir: Path, task: Task, policy: ModelPolicy, record: dict[str, Any]
 ) -> ModelCard:
@@ -645,7 +657,8 @@ def pruned_card(
     ]
     if recovery is not None:
         rows.append(
-            f"| recovery ({recovery['steps']} updates) | {steps[-1]['heads_kept']} | "
+            f"| recovery ({recovery['steps']} updates, best at step {recovery['best_step']}) | "
+            f"{steps[-1]['heads_kept']} | "
             f"{recovery['validation'][metric]:.4f} | "
             + (f"{recovery['test'][metric]:.4f} |" if "test" in recovery else "– |")
         )
@@ -655,12 +668,7 @@ def pruned_card(
         "step(s), the least important first: the expected |dL/dgate| of a gate on each head's output "
         "over the validation split, normalised per layer (Michel et al. 2019), measured again after each "
         "step; no layer loses its last head"
-        + (
-            f". Then {recovery['steps']} updates of fine-tuning recovered what pruning cost "
-            "(`train_log.jsonl`, `training_curves.png`)."
-            if recovery is not None
-            else "."
-        )
+        + (f". Then {_recovery_sentence(recovery, metric)}" if recovery is not None else ".")
         + " config.json's `pruned_heads` names the removed heads per layer (original numbering); the "
         "weights hold the smaller shapes. Each step is in `pruning.json` and `pruning.png`.",
         "",

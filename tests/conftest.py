@@ -11,7 +11,7 @@ import torch
 
 from bert_tasks.modeling.load import bundled_model_dir
 from bert_tasks.training import train
-from tests.helpers import build_tiny_model, one_thread, tiny_config
+from tests.helpers import DATA, build_tiny_model, one_thread, tiny_config
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -73,3 +73,23 @@ def ner_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished tiny NER run, shared read-only by every module (copy it before changing it)."""
     with one_thread():
         return train(tiny_config("ner", tiny_model, tmp_path_factory.mktemp("run") / "ner"))
+
+
+@pytest.fixture(scope="session")
+def fitted_sentiment_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny sentiment run trained to fit its 40 training rows, and validated on them (accuracy 1.0).
+
+    The runs above stay at chance on their validation split, where no later step can score worse than
+    the first; tests of what the best-checkpoint rule keeps need a model a bad update can spoil.
+    """
+    train_file = DATA["sentiment"][0]
+    with one_thread():
+        cfg = tiny_config(
+            "sentiment",
+            tiny_model,
+            tmp_path_factory.mktemp("run") / "fitted",
+            epochs=20,
+            lr=1e-3,
+            validation_file=train_file,
+        )
+        return train(cfg)

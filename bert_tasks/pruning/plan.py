@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +26,20 @@ import numpy as np
 from bert_tasks.config import Config, load_recipe
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import BACKENDS, ModelPolicy, local_model_dir, read_policy
+from bert_tasks.pruning.heads import ModelShape, head_items, read_shape
 from bert_tasks.tasks import task_class
 
 #: Share of the model's heads removed per step when `steps=` is not given: Michel et al. 2019 prune
 #: iteratively by 10% of the heads at a time, scoring the heads again after each step.
 STEP_SHARE = 0.1
+#: Recovery's lr is the recipe's times this: a smaller step away from weights that are trained already.
+#: Measured against the recipe's own lr on SST-2 (BENCHMARKS.md, "Head pruning"): no difference outside
+#: the noise; with step 0 a candidate neither can end below the pruned model on validation.
+RECOVERY_LR_SHARE = 0.2
+#: Recovery warms its lr up over this share of its updates (as a fine-tuning does).
+RECOVERY_WARMUP = 0.1
+#: Evaluations on validation spread over the recovery (and one before it): the best is kept.
+RECOVERY_EVALUATIONS = 4
 #: The keys `prune` adds to the config's own.
 PRUNE_KEYS = ("steps", "recover_steps")
 #: Config keys that say which data the heads are scored on (and the recovery trains on), how it is read,
@@ -66,28 +75,12 @@ REFUSED_KEYS = {
     "seeds": "prune writes one model",
     "resume": "prune writes a new dir",
     "overwrite": "prune writes a new dir (--out)",
+    "prune_heads": "prune chooses the heads (--heads)",
+    "eval_at_start": "recovery always scores the pruned model first, so it never ends worse on validation",
     "task": "the task is the command's",
 }
 #: Overrides that leave no data of the task's demo set in the config of a dir without a recipe.yaml.
 _NO_DATA = ("dataset=none", "train_file=none", "validation_file=none", "test_file=none")
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """Layers and heads of a saved BERT, read from its config.json."""
-
-    layers: int
-    heads: int  # per layer, before any pruning
-    pruned: dict[int, list[int]]
-
-    @property
-    def present(self) -> int:
-        return self.layers * self.heads - sum(len(heads) for heads in self.pruned.values())
-
-    @property
-    def removable(self) -> int:
-        """Heads that can go while each layer keeps one."""
-        return self.present - self.layers
 
 
 @dataclass(frozen=True)
@@ -103,6 +96,8 @@ class PrunePlan:
     recover_steps: int
     #: The source's recipe with the overrides: the data to score heads on and, with recovery, to train on.
     cfg: Config
+    #: The config keys given on the command line (they win over the recovery's defaults).
+    given: frozenset[str] = frozenset()
 
     @property
     def removed(self) -> int:
@@ -145,32 +140,36 @@ def plan_pruning(
             f"steps={steps}: each step removes at least one head, and {remove} go; give steps=1 to {remove}"
         )
     out = Path(out_dir) if out_dir is not None else directory.parent / f"{directory.name}-pruned-{remove}"
-    return PrunePlan(directory, out, policy, shape, step_sizes(remove, steps), recover_steps, cfg)
+    given = frozenset(item.partition("=")[0].strip() for item in config_overrides)
+    sizes = step_sizes(remove, steps)
+    return PrunePlan(directory, out, policy, shape, sizes, recover_steps, cfg, given)
 
 
-def read_shape(directory: Path) -> ModelShape:
-    """Layers, heads and pruned heads from config.json (read_policy has checked that it is JSON)."""
-    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    where = directory / "config.json"
-    layers, heads = config.get("num_hidden_layers"), config.get("num_attention_heads")
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (layers, heads)):
-        raise BertTasksError(
-            f"{where}: num_hidden_layers / num_attention_heads are {layers!r} / {heads!r}, not positive "
-            "integers; save the model dir again"
-        )
-    pruned: dict[int, list[int]] = {}
-    for layer, gone in (config.get("pruned_heads") or {}).items():
-        if not (str(layer).isdigit() and int(layer) < layers and isinstance(gone, list)) or not all(
-            isinstance(h, int) and 0 <= h < heads for h in gone
-        ):
-            raise BertTasksError(
-                f"{where}: pruned_heads {{{layer!r}: {gone!r}}} names no layer below {layers} and heads "
-                f"below {heads}; put back the config.json saved with these weights"
-            )
-        if len(set(gone)) >= heads:
-            raise BertTasksError(f"{where}: pruned_heads removes every head of layer {layer}; prune again")
-        pruned[int(layer)] = sorted(set(gone))
-    return ModelShape(layers, heads, pruned)
+def recovery_config(plan: PrunePlan, removed: dict[int, list[int]]) -> Config:
+    """The recovery as a run of its own: the source dir with `removed` pruned (`prune_heads`), trained for
+    `recover_steps` updates, scored before the first (step 0, so the pruned model itself is a candidate
+    for the best) and `RECOVERY_EVALUATIONS` times after; its recipe.yaml reruns it.
+
+    The lr, warmup and evaluation interval are recovery's defaults unless given on the command line.
+    """
+    steps = plan.recover_steps
+    defaults = {
+        "lr": plan.cfg.lr * RECOVERY_LR_SHARE,
+        "warmup_ratio": RECOVERY_WARMUP,
+        "eval_every": math.ceil(steps / RECOVERY_EVALUATIONS),
+    }
+    return dataclasses.replace(
+        plan.cfg,
+        **{key: value for key, value in defaults.items() if key not in plan.given},
+        model=os.path.abspath(plan.model_dir),
+        prune_heads=head_items(removed),
+        eval_at_start=True,
+        output_dir=str(plan.out_dir),
+        max_steps=steps,
+        resume=False,
+        overwrite=False,
+        seeds=None,
+    )
 
 
 def heads_to_remove(spec: str, shape: ModelShape) -> int:

@@ -4,18 +4,20 @@ Michel et al. 2019's iterative pruning: score every head on the validation split
 normalised per layer), remove the lowest-scored heads (`plan.choose_heads`), score the smaller model on
 validation, score the heads again, and so on until the asked number is gone. Optional recovery then
 fine-tunes the pruned model for `recover_steps` updates with `train(cfg)`, the one training loop, on the
-model's own training data (its recipe.yaml) or the files given. The result is a model dir like any other:
+model's own training data (its recipe.yaml) or the files given: a run from the source dir with those heads
+removed (`prune_heads`), which scores the pruned model before its first update, so the best-checkpoint
+rule never ends it worse on validation than pruning left it. The result is a model dir like any other:
 config.json's `pruned_heads` records what went, the weights hold the smaller shapes, and `load_model`
-rebuilds them; beside it pruning.json (every step's heads and scores) and pruning.png.
+rebuilds them; beside it pruning.json (every step's heads and scores, and the recovery's) and
+pruning.png, listed in the dir's manifest with the rest.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
+import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,8 +28,9 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.evaluate import check_known_labels
 from bert_tasks.model_dir import label_names
 from bert_tasks.output_paths import CommandOutput
-from bert_tasks.pruning.plan import PrunePlan, choose_heads, plan_pruning
+from bert_tasks.pruning.plan import PrunePlan, choose_heads, plan_pruning, recovery_config
 from bert_tasks.tasks import task_class
+from bert_tasks.training.output_dir import OutputDir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +57,8 @@ def prune(
 
     `overrides`: `steps=K` (pruning steps; default one per 10% of the heads), `recover_steps=S` (recovery
     fine-tuning updates; default 0) and config keys: the data (`validation_file=`, ...) and, with
-    recovery, the training settings (`lr=`, ...) over the model's recipe.yaml.
+    recovery, the training settings (`lr=`, ...) over the model's recipe.yaml and recovery's defaults
+    (`plan.recovery_config`).
 
     Raises:
         BertTasksError: everything `plan_pruning` refuses (before torch loads), an `out_dir` that exists and
@@ -70,12 +74,11 @@ def prune(
         loaded = load_finetuned(plan.model_dir, task, allow_pickle=plan.cfg.allow_pickle)
         record = _Pruning(plan, loaded, raw).run()
         if plan.recover_steps:
-            with tempfile.TemporaryDirectory(prefix="bert-tasks-prune-") as scratch:
-                metrics = _recover(plan, loaded, Path(scratch) / "pruned")
+            record["recovery"] = _recover(plan, record)
         else:
             with target.writing():
-                metrics = _save(plan, loaded, record)
-        record["recovery"] = _recovery_record(plan, metrics)
+                _save(plan, loaded, record)
+            record["recovery"] = None
         with target.writing():
             _write_report(plan, loaded, record)
     logger.info("pruned model saved to %s (%s, %s)", plan.out_dir, RECORD_FILE, PLOT_FILE)
@@ -199,27 +202,66 @@ class _Pruning:
         return head_importance(self.model, batches, self.device)
 
 
-def _recover(plan: PrunePlan, loaded: FinetunedModel, staging: Path) -> dict[str, Any]:
-    """Fine-tune the pruned model for `recover_steps` updates with `train`, writing `plan.out_dir`."""
+def _recover(plan: PrunePlan, record: dict[str, Any]) -> dict[str, Any]:
+    """Train the pruned model for `recover_steps` updates with `train`, writing `plan.out_dir`.
+
+    The run starts from the source dir with the heads this command removed (`prune_heads`, so its
+    recipe.yaml reruns it) and scores the pruned model before its first update: the best-checkpoint rule
+    keeps that model unless an evaluation during recovery beats it on validation.
+    """
     from bert_tasks.training import train
 
-    loaded.model.save_pretrained(staging)
-    loaded.tokenizer.save_pretrained(staging)
-    cfg = dataclasses.replace(
-        plan.cfg,
-        model=str(staging),
-        output_dir=str(plan.out_dir),
-        max_steps=plan.recover_steps,
-        resume=False,
-        overwrite=False,
-        seeds=None,
+    removed: dict[int, list[int]] = {}
+    for step in record["steps"]:
+        for layer, heads in step["removed"].items():
+            removed.setdefault(int(layer), []).extend(heads)
+    cfg = recovery_config(plan, removed)
+    logger.info(
+        "recovery: %d updates at lr %g (warmup %.0f%%), validation before the first and every %d; the best "
+        "is kept, the pruned model included",
+        cfg.max_steps,
+        cfg.lr,
+        100 * cfg.warmup_ratio,
+        cfg.eval_every,
     )
-    logger.info("recovery: fine-tuning the pruned model for %d updates", plan.recover_steps)
     train(cfg)
-    return json.loads((plan.out_dir / "metrics.json").read_text(encoding="utf-8"))
+    metrics = json.loads((plan.out_dir / "metrics.json").read_text(encoding="utf-8"))
+    metric = metrics["metric_for_best"]
+    log = [json.loads(line) for line in (plan.out_dir / "train_log.jsonl").read_text().splitlines()]
+    evaluations = [
+        {"step": row["step"], metric: row[f"eval_{metric}"]} for row in log if f"eval_{metric}" in row
+    ]
+    before, best = evaluations[0][metric], metrics["validation"][metric]
+    recovery = {
+        "steps": cfg.max_steps,
+        "lr": cfg.lr,
+        "warmup_ratio": cfg.warmup_ratio,
+        "best_step": metrics["best_step"],
+        "gain": round(best - before, 6),
+        "evaluations": evaluations,
+        **{split: _scalars(metrics[split]) for split in ("validation", "test") if split in metrics},
+    }
+    logger.info(recovery_line(recovery, metric))
+    return recovery
 
 
-def _save(plan: PrunePlan, loaded: FinetunedModel, record: dict[str, Any]) -> dict[str, Any]:
+def recovery_line(recovery: dict[str, Any], metric: str) -> str:
+    """Whether recovery helped on validation, and by how much: the last line of a recovery."""
+    first, best = recovery["evaluations"][0][metric], recovery["validation"][metric]
+    if recovery["best_step"] == 0:
+        later = max(recovery["evaluations"][1:], key=lambda e: e[metric])
+        return (
+            f"recovery did not help: no evaluation of its {recovery['steps']} updates beat the pruned model "
+            f"on validation ({metric} {first:.4f} before; best after {later[metric]:.4f} at step "
+            f"{later['step']}), so the pruned weights are kept as they were"
+        )
+    return (
+        f"recovery helped: validation {metric} {first:.4f} -> {best:.4f} ({recovery['gain']:+.4f}) at step "
+        f"{recovery['best_step']} of {recovery['steps']}; those weights are kept"
+    )
+
+
+def _save(plan: PrunePlan, loaded: FinetunedModel, record: dict[str, Any]) -> None:
     """Write the pruned model as it is: weights, tokenizer, the source's recipe.yaml, metrics.json."""
     from bert_tasks.inference.quantize import EXTRA_FILES
 
@@ -231,14 +273,6 @@ def _save(plan: PrunePlan, loaded: FinetunedModel, record: dict[str, Any]) -> di
             shutil.copy2(plan.model_dir / name, out / name)
     metrics = {"validation": last["validation"], **({"test": last["test"]} if "test" in last else {})}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
-    return metrics
-
-
-def _recovery_record(plan: PrunePlan, metrics: dict[str, Any]) -> dict[str, Any] | None:
-    if not plan.recover_steps:
-        return None
-    scores = {split: _scalars(metrics[split]) for split in ("validation", "test") if split in metrics}
-    return {"steps": plan.recover_steps, **scores}
 
 
 def _write_report(plan: PrunePlan, loaded: FinetunedModel, record: dict[str, Any]) -> None:
@@ -247,10 +281,14 @@ def _write_report(plan: PrunePlan, loaded: FinetunedModel, record: dict[str, Any
     from bert_tasks.model_card import MODEL_CARD, pruned_card
 
     out = plan.out_dir
-    (out / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    plot_pruning(record, out / PLOT_FILE)
-    card = pruned_card(plan.model_dir, out, loaded.task, loaded.policy, record)
-    (out / MODEL_CARD).write_text(str(card), encoding="utf-8")
+    # The run's manifest lists these too, so `--overwrite` of the dir replaces them with the rest; a dir
+    # without recovery has no run's manifest yet, and every file in it is prune's (it was new or empty).
+    with OutputDir.reopen(out) as run:
+        run.record(*sorted(os.listdir(out)), RECORD_FILE, PLOT_FILE, MODEL_CARD)
+        (out / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        plot_pruning(record, out / PLOT_FILE)
+        card = pruned_card(plan.model_dir, out, loaded.task, loaded.policy, record)
+        (out / MODEL_CARD).write_text(str(card), encoding="utf-8")
 
 
 def _scalars(scores: dict[str, Any]) -> dict[str, float]:

@@ -18,6 +18,7 @@ from bert_tasks.data.in_memory import split_data
 from bert_tasks.data.splits import read_splits, without_demo_files
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import check_model_name
+from bert_tasks.pruning.heads import check_removable, heads_by_layer, read_shape
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
 from bert_tasks.training.class_weights import check_class_weights
@@ -50,9 +51,15 @@ def train(cfg: Config, data: Any = None) -> Path:
         # With --overwrite the claim has already refused anything foreign; what is there goes.
         foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
         check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
+        check_prune_heads(cfg)
         raw = read_splits(task, cfg, data)
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
+        if cfg.eval_at_start and "validation" not in raw:
+            raise BertTasksError(
+                "eval_at_start=true: no validation split to score the model on before training; give "
+                "validation_file= (or validation_split=), or drop eval_at_start"
+            )
         inferred = task.infer_options(raw["train"], cfg)
         if inferred:  # saved in recipe.yaml and the model's policy like options the user gave
             cfg = replace(cfg, **inferred)
@@ -86,6 +93,13 @@ def claim_output_dir(cfg: Config) -> OutputDir:
         _check_resumable(path)
     main = os.environ.get("RANK", "0") == "0"
     return OutputDir.claim(path, overwrite=cfg.overwrite, resume=cfg.resume, reads=reads, lock=main)
+
+
+def check_prune_heads(cfg: Config) -> None:
+    """`prune_heads=` against a local model dir's config.json, before torch loads (a hub id's after)."""
+    config = Path(cfg.model).expanduser() / "config.json"
+    if cfg.prune_heads and config.is_file():
+        check_removable(heads_by_layer(cfg.prune_heads), read_shape(config.parent), cfg.model)
 
 
 def _check_resumable(path: Path) -> None:

@@ -100,6 +100,20 @@ class OutputDir:
             raise
         return claimed
 
+    @classmethod
+    def reopen(cls, path: StrPath) -> OutputDir:
+        """Lock a dir that a command has just written (a finished run, or files of its own) to list what
+        it adds there (`bert-tasks prune`'s report beside its recovery run): they join the manifest, so
+        `--overwrite` replaces them with the rest. The entries already listed stay listed."""
+        out = Path(path)
+        claimed = cls(out, _lock(out, []), [])
+        try:
+            claimed._entries = _read_manifest(out) or set()
+        except BaseException:
+            claimed.release()
+            raise
+        return claimed
+
     def _check(self, *, overwrite: bool, resume: bool, reads: Sequence[StrPath]) -> None:
         """The rules that depend on what the directory holds: checked under the lock, so no run races them."""
         out = self.path

@@ -49,6 +49,7 @@ from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
 from bert_tasks.modeling.encoders import attention_path, require_fused
 from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
+from bert_tasks.pruning.heads import check_removable, heads_by_layer, shape_of
 from bert_tasks.runtime import logs_above_progress_bars, progress_bars_wanted, resolve_mixed_precision
 from bert_tasks.tasks.base import Task
 from bert_tasks.training.checkpoints import (
@@ -209,6 +210,11 @@ class Run:
             cfg.model, self.task.name, self.labels, allow_pickle=cfg.allow_pickle, attention=cfg.attention
         )
         check_tokenizer_fits(self.tokenizer, model, cfg.model)
+        if cfg.prune_heads:
+            require_fused(model.config, "prune_heads=", cfg.model, "drop prune_heads, or train a BERT")
+            heads = heads_by_layer(cfg.prune_heads)
+            check_removable(heads, shape_of(model.config, cfg.model), cfg.model)
+            model.prune_heads(heads)
         if cfg.attention_dropout is not None:
             todo = "drop attention_dropout (the model's config.json sets its attention dropout)"
             require_fused(model.config, "attention_dropout=", cfg.model, todo)
@@ -362,6 +368,8 @@ class Run:
         self.stopped = self.state.global_step >= self.total_updates or self._out_of_patience()
         with StopSignals(self.accelerator) as self.signals, progress, logs_above_progress_bars():
             self.progress = progress
+            if self.cfg.eval_at_start and self.state.global_step == 0:  # a resumed run scored it already
+                self._evaluate_and_keep_best()
             while not self.stopped:
                 self.model.train()
                 self.train_batches.set_epoch(self.state.epoch)

@@ -4,6 +4,7 @@ rule that picks the heads (lowest first, never a layer's last head)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.pruning.plan import choose_heads, plan_pruning, step_sizes
+from bert_tasks.pruning.plan import choose_heads, plan_pruning, recovery_config, step_sizes
 from tests.helpers import DATA
 from tests.test_cli_startup import probe
 
@@ -33,6 +34,12 @@ BAD_REQUESTS = [
     ("4", ["output_dir=x"], "give where the pruned model goes as --out DIR"),
     ("4", ["epochs=2"], "the recovery fine-tuning runs recover_steps=S updates"),
     ("4", ["max_length=64"], "prune keeps the model's windows and decoding"),
+    (
+        "4",
+        ["prune_heads=[0:1]"],
+        r"prune_heads= on the command line is prune's to set: prune chooses the heads",
+    ),
+    ("4", ["recover_steps=2", "eval_at_start=false"], "recovery always scores the pruned model first"),
     (
         "4",
         ["lr=1e-4"],
@@ -59,6 +66,20 @@ def test_a_good_request_is_planned(sentiment_run: Path) -> None:
         "sentiment", sentiment_run, "5", "elsewhere", ["steps=2", "recover_steps=3", "lr=1e-3"]
     )
     assert (plan.steps, plan.recover_steps, plan.cfg.lr, plan.out_dir) == ([2, 3], 3, 1e-3, Path("elsewhere"))
+
+
+def test_recovery_runs_at_a_fifth_of_the_recipes_lr_and_evaluates_before_and_four_times(
+    sentiment_run: Path,
+) -> None:
+    plan = plan_pruning("sentiment", sentiment_run, "3", "out", ["recover_steps=10"])
+    cfg = recovery_config(plan, {1: [3], 0: [2, 0]})
+    assert cfg.lr == pytest.approx(plan.cfg.lr / 5)
+    assert (cfg.warmup_ratio, cfg.eval_every, cfg.eval_at_start, cfg.max_steps) == (0.1, 3, True, 10)
+    assert (cfg.model, cfg.prune_heads) == (os.path.abspath(sentiment_run), ["0:0", "0:2", "1:3"])
+    assert (cfg.output_dir, cfg.resume, cfg.overwrite, cfg.seeds) == ("out", False, False, None)
+    given = ["recover_steps=10", "lr=1e-3", "warmup_ratio=0", "eval_every=5"]
+    cfg = recovery_config(plan_pruning("sentiment", sentiment_run, "3", "out", given), {0: [1]})
+    assert (cfg.lr, cfg.warmup_ratio, cfg.eval_every) == (1e-3, 0.0, 5), "what the command line gives wins"
 
 
 def test_dirs_prune_does_not_take(

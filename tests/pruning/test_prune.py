@@ -16,6 +16,7 @@ import transformers
 from fastapi.testclient import TestClient
 
 from bert_tasks.cli import main
+from bert_tasks.config import load_recipe
 from bert_tasks.inference.onnx_export import export_onnx
 from bert_tasks.inference.predictor import Predictor
 from bert_tasks.inference.quantize import export_quantized
@@ -207,18 +208,20 @@ def test_recovery_fine_tunes_through_train(
         {**s, "seconds": step["seconds"]}
         for s, step in zip(unrecovered["steps"], record["steps"], strict=True)
     ]
-    assert record["recovery"]["steps"] == 2
-    losses = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in losses if "loss" in row] == [1, 2]
+    recovery = record["recovery"]
+    assert (recovery["steps"], recovery["warmup_ratio"]) == (2, 0.1)
+    assert recovery["lr"] == pytest.approx(load_recipe(runs["sentiment"] / "recipe.yaml").lr / 5)
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in log if "loss" in row] == [1, 2]
+    assert [row["step"] for row in log if "eval_accuracy" in row] == [0, 1, 2], "before, then 4 (here 2)"
+    assert [e["step"] for e in recovery["evaluations"]] == [0, 1, 2]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert record["recovery"]["validation"] == {
-        k: v for k, v in metrics["validation"].items() if isinstance(v, float)
-    }
+    assert metrics["best_step"] == recovery["best_step"]
+    assert recovery["validation"] == {k: v for k, v in metrics["validation"].items() if isinstance(v, float)}
     assert json.loads((out / "config.json").read_text())["pruned_heads"] == record["pruned_heads"]
-    before, after = load_finetuned(pruned["sentiment"]).model, load_finetuned(out).model
-    assert not torch.equal(after.classifier.weight, before.classifier.weight), "the recovery trained"
     card = (out / "README.md").read_text()
-    assert "| recovery (2 updates) | 5 |" in card and "Then 2 updates of fine-tuning" in card
+    assert f"| recovery (2 updates, best at step {recovery['best_step']}) | 5 |" in card
+    assert "Then 2 updates of recovery fine-tuning at lr" in card
 
 
 def test_pruning_a_pruned_dir_goes_on_from_its_heads(pruned: dict[str, Path], tmp_path: Path) -> None:
