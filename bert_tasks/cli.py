@@ -71,10 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BertTasksError as error:
         if args.debug:
             raise
-        print(f"bert-tasks: error: {error}", file=sys.stderr)
+        _say_on_stderr(f"bert-tasks: error: {error}")
         return 1
     except KeyboardInterrupt as interrupt:  # finetune's says where its checkpoint is and how to resume
-        print(f"bert-tasks: {str(interrupt) or 'interrupted'}", file=sys.stderr)
+        _say_on_stderr(f"bert-tasks: {str(interrupt) or 'interrupted'}")
         return 128 + getattr(interrupt, "signal_number", signal.SIGINT)
     except (BrokenPipeError, OSError) as error:
         return _output_failed(error)
@@ -110,11 +110,17 @@ def _output_failed(error: OSError) -> int:
     if isinstance(error, BrokenPipeError):
         return 128 + signal.SIGPIPE
     where = error.filename or "standard output"
-    print(
-        f"bert-tasks: error: could not write to {where} ({error.strerror}); free space or write elsewhere",
-        file=sys.stderr,
+    _say_on_stderr(
+        f"bert-tasks: error: could not write to {where} ({error.strerror}); free space or write elsewhere"
     )
     return 1
+
+
+def _say_on_stderr(line: str) -> None:
+    """One line on stderr in one write: `print` writes the text and its newline apart, so the processes
+    of a launch, which share one stderr, could splice their lines into one."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 #: What a failed write says: a full disk, a quota, an I/O error, a read-only file system.
