@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Runs one batch: a list of texts in, one result per text out, in order.
-RunBatch = Callable[[list[str]], Sequence[Any]]
+#: Runs one batch: a list of inputs (texts, or the server's checked records) in, one result each, in order.
+RunBatch = Callable[[list[Any]], Sequence[Any]]
 
 
 @dataclass
@@ -67,7 +67,7 @@ class MicroBatcher:
     def start(self) -> None:
         self._collector = asyncio.get_running_loop().create_task(self._collect())
 
-    async def submit(self, texts: list[str]) -> list[Any]:
+    async def submit(self, texts: list[Any]) -> list[Any]:
         """The results of `texts`, once the batch holding them has run; its exception if it failed."""
         if self._closing or self._collector is None:
             raise BatcherClosed("the server is shutting down")

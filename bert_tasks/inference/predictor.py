@@ -141,7 +141,11 @@ class Predictor:
 
     def records(self, inputs: Sequence[Input]) -> list[dict[str, Any]]:
         """One JSON-ready record per input, as `bert-tasks predict --json` prints them."""
-        located = self.checked_inputs(inputs)
+        return self.located_records(self.checked_inputs(inputs))
+
+    def located_records(self, located: Sequence[tuple[str, Mapping[str, Any]]]) -> list[dict[str, Any]]:
+        """`records` of inputs checked already (`checked_inputs`): what the server's batcher runs, so a
+        request is checked once, when it arrives."""
         predicted = self.predict_inputs(located)
         shown = self.task.shown_input
         return [self.task.record(shown(r), p) for (_, r), p in zip(located, predicted, strict=True)]

@@ -115,7 +115,7 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
             progress=False,
         )
     info = _static_info(settings, predictor)
-    run_batch = predictor.records
+    run_batch = predictor.located_records
     pair_field = predictor.task.pair_field
     request_model = PredictRequest if pair_field is None else PairPredictRequest
     request_schema, request_models = _request_schema(request_model)
@@ -164,12 +164,12 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
         inputs, fields = _texts(body, request_model, pair_field)
         _check_limits(inputs, settings)
         try:
-            predictor.checked_inputs(inputs)  # as the library checks them: texts, pairs, records
+            checked = predictor.checked_inputs(inputs)  # as the library checks them: texts, pairs, records
         except BertTasksError as error:
             raise HTTPException(422, str(error)) from None
-        if not inputs:
+        if not checked:
             return {"records": []}
-        results = await _predicted(request.app.state.batcher, inputs)
+        results = await _predicted(request.app.state.batcher, checked)
         if fields is None:
             return {"records": results}
         try:
@@ -302,8 +302,9 @@ def _input_chars(item: Any) -> int:
     return input_chars(item) if isinstance(item, dict) else sum(map(len, item))
 
 
-async def _predicted(batcher: MicroBatcher, texts: list[str]) -> list[dict[str, Any]]:
-    """The batcher's records for `texts`; a model failure is a 500 with a request id, also logged."""
+async def _predicted(batcher: MicroBatcher, texts: list[Any]) -> list[dict[str, Any]]:
+    """The batcher's records for `texts` (checked inputs); a model failure is a 500 with a request id,
+    also logged."""
     try:
         return await batcher.submit(texts)
     except BatcherClosed:

@@ -127,14 +127,14 @@ def test_a_model_failure_is_a_500_with_a_logged_request_id_and_the_server_goes_o
 ) -> None:
     """A request that breaks the model (here: a fault injected into the real predictor for one text)
     fails alone, with its request id in the answer and the log; the next request is served."""
-    records = predictor.records
+    records = predictor.located_records  # what the batcher runs: the requests' checked inputs
 
-    def breaks_on_boom(texts: list[str]) -> list[dict[str, Any]]:
-        if "boom" in texts:
+    def breaks_on_boom(located: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        if any(record["text"] == "boom" for _, record in located):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return records(texts)
+        return records(located)
 
-    monkeypatch.setattr(predictor, "records", breaks_on_boom)
+    monkeypatch.setattr(predictor, "located_records", breaks_on_boom)
     settings = ServeSettings(str(sentiment_run), "sentiment", max_wait_ms=200)
     with (
         caplog.at_level(logging.ERROR, logger="bert_tasks"),
