@@ -169,7 +169,7 @@ def load_finetuned(
         )
     labels = label_names(path)
     _check_labels(path, labels)
-    _check_weights_match_labels(path, len(labels))
+    check_weights_match_labels(path, len(labels))
     tokenizer = load_tokenizer(path)
     # complete: every weight of the head must be in the file, so no part of it runs on random values.
     model = load_model(path, policy.task, allow_pickle=allow_pickle, complete=True).eval()
@@ -327,7 +327,7 @@ def _check_labels(model_dir: Path, labels: list[str]) -> None:
         )
 
 
-def _check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
+def check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
     """Refuse a half-written model.safetensors or a config.json that lost its labels, in one line.
 
     Both would otherwise fail deep inside transformers (a safetensors header error, a size mismatch);
@@ -339,7 +339,7 @@ def _check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
     if not weights.is_file():
         return  # sharded or pickle weights: load_model says what is wrong with those
     try:
-        with safe_open(weights, "pt") as file:
+        with safe_open(weights, "numpy") as file:  # the header only; "numpy" imports no torch
             names = set(file.keys())
             head = file.get_slice("classifier.weight").get_shape() if "classifier.weight" in names else None
     except SafetensorError as error:

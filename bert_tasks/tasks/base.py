@@ -145,6 +145,15 @@ class Task(ABC):
     def texts_to_raw(self, texts: list[str]) -> Dataset:
         """Unlabelled texts -> the raw rows `encode` and `decode` take (prediction input)."""
 
+    def transfer_rows(self, texts: list[str], labels: Sequence[str]) -> Dataset:
+        """Unlabelled texts as training rows for distillation (`transfer_file`): `texts_to_raw`'s rows with
+        a placeholder gold label out of `labels`, so `encode` marks the positions the task scores exactly
+        as on labelled rows. The run masks their gold loss: only the teacher's soft targets train on them.
+        Not abstract: a task without it takes no transfer_file (one line, before torch loads)."""
+        raise BertTasksError(
+            f"transfer_file: the {self.name} task takes no unlabelled text; drop transfer_file"
+        )
+
     # Encoding and batching.
 
     @abstractmethod

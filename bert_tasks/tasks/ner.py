@@ -433,6 +433,12 @@ class NerTask(Task):
         """Raw texts -> the dataset `encode`/`decode` take for prediction (words split with offsets)."""
         return texts_to_dataset(texts)
 
+    def transfer_rows(self, texts: list[str], labels: Sequence[str]) -> Dataset:
+        """The texts split into words as prediction splits them, every word tagged `O` as a placeholder:
+        `encode` then marks each word's first sub-token (all of them with `label_all_subtokens`)."""
+        raw = self.texts_to_raw(texts)
+        return raw.add_column("tags", [["O"] * len(words) for words in raw["tokens"]])
+
     def record(self, text: str, prediction: list[dict[str, Any]]) -> dict[str, Any]:
         """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}`."""
         return {"text": text, "entities": prediction}

@@ -102,6 +102,10 @@ class SentimentTask(Task):
 
         return Dataset.from_dict({"text": texts})
 
+    def transfer_rows(self, texts: list[str], labels: Sequence[str]) -> Dataset:
+        """The texts, each with the first label as its placeholder gold (one scored position per window)."""
+        return self.texts_to_raw(texts).add_column("label", [labels[0]] * len(texts))
+
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """`cfg.label_names` when given (their order is the id order), else the sorted training labels."""
         return list(cfg.label_names) if cfg.label_names is not None else sorted(set(train["label"]))
