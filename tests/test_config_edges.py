@@ -176,7 +176,7 @@ def test_a_config_built_directly_is_checked_too() -> None:
 
 #: The string keys that take `none`.
 _OPTIONAL_STR = {"dataset", "train_file", "validation_file", "test_file", "metric_for_best", "output_dir"}
-_OPTIONAL_STR |= {"class_weights"}
+_OPTIONAL_STR |= {"class_weights", "teacher", "student", "transfer_file"}
 
 
 @pytest.mark.parametrize("text", ["", "   "])

@@ -174,17 +174,18 @@ class DistillLoss:
         inputs = model_inputs(batch, with_labels=False)
         wanted = {key: True for key, on in self.outputs.items() if on}
         student = model(**inputs, **wanted)
-        with torch.no_grad(), self.autocast():
-            teacher = self.teacher(**inputs, **wanted)
         settings, labels = self.settings, batch["labels"]  # [B] or [B, T]
         gold = self.gold_rows[batch["row"]].view(-1, *([1] * (labels.dim() - 1)))  # [B] or [B, 1]
-        loss = settings.alpha * soft_target_loss(
+        loss = (1 - settings.alpha) * gold_loss(
+            student.logits, labels.masked_fill(~gold, IGNORED), self.weights
+        )
+        if settings.alpha == 0 and not settings.transfer:
+            return loss  # the gold loss alone (what distillation is measured against): no teacher needed
+        with torch.no_grad(), self.autocast():
+            teacher = self.teacher(**inputs, **wanted)
+        loss = loss + settings.alpha * soft_target_loss(
             student.logits, teacher.logits, labels != IGNORED, settings.temperature
         )
-        if settings.alpha < 1:
-            loss = loss + (1 - settings.alpha) * gold_loss(
-                student.logits, labels.masked_fill(~gold, IGNORED), self.weights
-            )
         return loss + settings.transfer_weight * self._transfer(student, teacher, batch["attention_mask"])
 
     def _transfer(self, student: Any, teacher: Any, mask: torch.Tensor) -> torch.Tensor | float:
