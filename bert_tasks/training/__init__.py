@@ -11,6 +11,7 @@ of them is answered in a second, and leaves the output dir as it was.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,8 @@ def train(cfg: Config, data: Any = None) -> Path:
         from bert_tasks.training.seeds import train_seeds
 
         return train_seeds(cfg, lambda one: train(one, data), data)
+    if cfg.teacher is not None:  # a distill run's model is where its student starts (as load_recipe sets it)
+        cfg = replace(cfg, model=cfg.student or cfg.teacher)
     check_model_name(cfg.model)
     output = claim_output_dir(cfg)
     try:

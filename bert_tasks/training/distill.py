@@ -45,9 +45,18 @@ class Shape:
     heads: int
 
     @classmethod
-    def of(cls, model_dir: Path) -> Shape:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-        return cls(config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"])
+    def read(cls, model_dir: Path) -> Shape | None:
+        """From config.json; None when it says no such thing (the model loader then names what is wrong)."""
+        try:
+            config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+            shape = cls(config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"])
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            return None
+        return (
+            shape
+            if all(isinstance(v, int) and v > 0 for v in (shape.layers, shape.width, shape.heads))
+            else None
+        )
 
 
 @dataclass(frozen=True)
@@ -136,16 +145,30 @@ def plan_distillation(cfg: Config, task: Task, raw: dict[str, Dataset]) -> Disti
             f"teacher {teacher} knows the labels {labels} but the training data has {data_labels}; distil on "
             f"data labelled as the teacher's was (its recipe: --recipe {teacher / 'recipe.yaml'})"
         )
-    shape = Shape.of(teacher)
+    shape = Shape.read(teacher)
+    if shape is None:
+        raise BertTasksError(
+            f"teacher {teacher}: config.json gives no BERT shape (num_hidden_layers, hidden_size, "
+            "num_attention_heads); save the teacher again with bert-tasks finetune"
+        )
     start = _local_start(cfg.student)
     if start is not None:
         check_same_vocabulary(teacher, start, f"student {cfg.student}")
-    start_shape = shape if cfg.student is None else Shape.of(start) if start is not None else None
+    start_shape = shape if cfg.student is None else Shape.read(start) if start is not None else None
     student = None if start_shape is None else student_layers(cfg, shape, start_shape)
     texts = _transfer_texts(cfg, task)
-    metrics_file = teacher / "metrics.json"
-    metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
-    return DistillPlan(teacher, labels, shape, student, transfer_kinds(cfg.transfer), texts, metrics)
+    return DistillPlan(
+        teacher, labels, shape, student, transfer_kinds(cfg.transfer), texts, _metrics(teacher)
+    )
+
+
+def _metrics(model_dir: Path) -> dict[str, Any]:
+    """A model dir's metrics.json, or {} without a readable one (a teacher trained elsewhere)."""
+    try:
+        metrics = json.loads((model_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return metrics if isinstance(metrics, dict) else {}
 
 
 def student_layers(cfg: Config, teacher: Shape, start: Shape) -> StudentLayers:
