@@ -379,7 +379,11 @@ E2E = {
         ["max_train_samples=1000", "batch_size=16", "lr=1e-4", "eval_every=0"],
         ("accuracy", 0.65),  # the majority class is 0.51 of dev
     ),
-    "ner": ("recipes/ner_bc5cdr.yaml", ["max_train_samples=600", "max_eval_samples=200"], ("f1", 0.3)),
+    "ner": (
+        "recipes/ner_bc5cdr.yaml",
+        ["max_train_samples=1000", "max_eval_samples=200", "epochs=2"],
+        ("f1", 0.4),  # a student of a teacher of 600 sentences x 1 epoch scored 0.30
+    ),
 }
 
 
@@ -396,7 +400,7 @@ def test_a_real_teacher_distilled_into_3_layers_loads_in_vanilla_transformers(
     files = [f"train_file={corpus / 'train.tsv'}", f"test_file={corpus / 'dev.tsv'}"]
     if task == "ner":
         files = [*files[:1], f"validation_file={corpus / 'dev.tsv'}", f"test_file={corpus / 'test.tsv'}"]
-    shared = [*files, *overrides, "epochs=1", "report_to=none"]
+    shared = [*files, "epochs=1", *overrides, "report_to=none"]
     teacher = train(load_recipe(recipe, [*shared, f"output_dir={tmp_path / 'teacher'}"], task=task))
     distilled = [*shared, f"teacher={teacher}", "student_layers=3", f"output_dir={tmp_path / 'student'}"]
     student = train(load_recipe(recipe, distilled, task=task))
