@@ -10,7 +10,7 @@ Selection never sees the scored split: SST-2 picks its best epoch on 10% of the 
 (`validation_split`) and scores dev (872); BC5CDR picks on the first dev sentences and scores the first
 test sentences. Prediction speed: texts/s of `Predictor` over the scored split, teacher vs student.
 
-Run from the repo root (about 10 minutes of CPU; 40 wall minutes on 2 cores shared with other jobs):
+Run from the repo root (BENCHMARKS.md, "Ship small", has the commands of its tables and their times):
 
     python bench/distill.py --json bench/results/distill.json
     python bench/distill.py --sst2-rows 400 --bc5cdr-rows 200 --eval-rows 100 --epochs 1  # smoke, ~3 min
