@@ -151,6 +151,25 @@ def _parser() -> argparse.ArgumentParser:
     finetune.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. lr=3e-5")
     finetune.set_defaults(run=_finetune, positionals="overrides")
 
+    distill = commands.add_parser(
+        "distill",
+        help="train a smaller student on a fine-tuned teacher's predictions (a finetune with a teacher)",
+        description="The student (default: the teacher cut to half its layers, student_layers=N or [..]) "
+        "learns the teacher's soft targets (alpha, temperature) and the gold labels; transfer_file= adds "
+        "unlabelled texts the teacher labels. Everything finetune does, and the same keys.",
+        epilog=_config_keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    distill.add_argument("task", choices=tasks)
+    distill.add_argument(
+        "--teacher", help="the fine-tuned model dir to distil (default: the recipe's teacher)"
+    )
+    distill.add_argument("--recipe", help="a recipes/*.yaml file; key=value overrides win over it")
+    distill.add_argument("--resume", action="store_true", help="continue the run in output_dir")
+    distill.add_argument("--overwrite", action="store_true", help="replace the previous run in output_dir")
+    distill.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. alpha=0.7")
+    distill.set_defaults(run=_distill, positionals="overrides")
+
     evaluate = commands.add_parser("evaluate", help="score a saved model on a labelled file")
     evaluate.add_argument("task", choices=tasks)
     evaluate.add_argument("--model", help="saved model dir (default: runs/<task>)")
@@ -392,6 +411,24 @@ def _finetune(args: argparse.Namespace) -> None:
 
     flags = [f"{flag}=true" for flag in ("resume", "overwrite") if getattr(args, flag)]
     cfg = load_recipe(args.recipe, [*args.overrides, *flags], task=args.task)
+    if cfg.teacher is not None:
+        raise BertTasksError(
+            f"finetune: teacher={cfg.teacher} distils; run `bert-tasks distill {args.task}` with it instead"
+        )
+    train(cfg)
+
+
+def _distill(args: argparse.Namespace) -> None:
+    from bert_tasks.config import load_recipe
+    from bert_tasks.training import train
+
+    flags = [f"{flag}=true" for flag in ("resume", "overwrite") if getattr(args, flag)]
+    teacher = [f"teacher={args.teacher}"] if args.teacher is not None else []
+    cfg = load_recipe(args.recipe, [*args.overrides, *teacher, *flags], task=args.task)
+    if cfg.teacher is None:
+        raise BertTasksError(
+            f"distill: no teacher; give --teacher DIR (a model dir bert-tasks finetune {args.task} wrote)"
+        )
     train(cfg)
 
 

@@ -56,6 +56,13 @@ MAX_SEEDS = 100  # seeds=[...]: one whole run each
 MAX_THREADS = 1024  # threads=N: torch.set_num_threads
 MAX_EPOCHS = 1_000_000  # epochs * updates per epoch must stay a count
 MAX_CONLL_COLUMN = 1024  # conll_tag_index in [-1024, 1024]
+MAX_LAYERS = 256  # student_layers, transfer_layers: far past any BERT's depth
+#: What `transfer` (distill's intermediate-layer objective) may name, alone or comma-joined.
+TRANSFER_KINDS = ("hidden", "attention")
+#: The keys only `bert-tasks distill` (a run with a `teacher`) reads, with their defaults; a finetune
+#: that sets one is refused rather than ignored.
+DISTILL_KEYS = ("student", "student_layers", "alpha", "temperature", "transfer", "transfer_layers")
+DISTILL_KEYS += ("transfer_weight", "transfer_file")
 
 
 def _key(default: Any, meaning: str) -> Any:
@@ -222,6 +229,38 @@ class Config:
     output_dir: str | None = _key(None, "where the run and the model are written (default: runs/<task>)")
     resume: bool = _key(False, "continue the run in output_dir from its latest checkpoint (--resume)")
     overwrite: bool = _key(False, "replace the previous bert-tasks run in output_dir (--overwrite)")
+    teacher: str | None = _key(
+        None, "distill: the fine-tuned model dir whose predictions the student learns (--teacher)"
+    )
+    student: str | None = _key(
+        None,
+        "distill: where the student starts, a BERT dir or hub id (head kept if fit); none: the teacher",
+    )
+    student_layers: int | list[int] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "distill: how many of the start's layers the student keeps, evenly spaced from 0 (3 of 6 "
+            "= [0,2,4]), or which ([0,2,5]); none = half the teacher's, or all of student's"
+        },
+    )
+    alpha: float = _key(
+        0.5, "distill: weight of the soft-target loss (KL at temperature, x T^2); 1-alpha: gold"
+    )
+    temperature: float = _key(2.0, "distill: softmax temperature of the soft targets")
+    transfer: str = _key(
+        "none", "distill: intermediate transfer too: none, hidden, attention or hidden,attention"
+    )
+    transfer_layers: list[int] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "distill: the teacher layer each student layer learns from (none = uniform: 3 of 6 -> "
+            "[1,3,5])"
+        },
+    )
+    transfer_weight: float = _key(1.0, "distill: weight of the intermediate-transfer loss")
+    transfer_file: str | None = _key(
+        None, "distill: unlabelled texts (one per line, or JSONL with text) the teacher labels on the fly"
+    )
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -332,14 +371,16 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
             task_defaults.pop(key, None)
     if user.get("validation_split") is not None:
         task_defaults.pop("validation_file", None)  # the carved split replaces the demo's validation file
-    values = {**task_defaults, **user, "task": task}
-    for key in (*FILE_FIELDS, "output_dir"):
+    teacher_defaults, teacher_fixed = _teacher_layer(task, user, from_cli)
+    values = {**task_defaults, **teacher_defaults, **user, **teacher_fixed, "task": task}
+    for key in (*FILE_FIELDS, "transfer_file", "output_dir"):
         if _filled(values.get(key)):  # a blank path stays blank, for _validate to refuse (never ".")
             path_value = Path(values[key]).expanduser()
             # absolute, not resolved: a symlink such as `<(...)`'s /dev/fd/63 stays the name it was given
             values[key] = str(path_value if key == "output_dir" else Path(os.path.abspath(path_value)))
     sources = {
         **dict.fromkeys(task_defaults, f"from the {task} task's defaults"),
+        **dict.fromkeys(teacher_defaults, f"from the teacher's policy ({values.get('teacher')})"),
         **dict.fromkeys(from_recipe, f"in recipe {path}"),
         **dict.fromkeys(from_cli, "on the command line"),
     }
@@ -347,6 +388,18 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
         return Config(**values)
     except _BadValueError as error:
         raise BertTasksError(error.located(sources.get(error.key, "from the defaults"))) from None
+
+
+def _teacher_layer(
+    task: str, user: dict[str, Any], from_cli: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A distill run's layer between the task's defaults and the recipe (the teacher's window policy), and
+    the values it fixes (the teacher's path, `model` = where the student starts); none without a teacher."""
+    if not _filled(user.get("teacher")):
+        return {}, {}
+    from bert_tasks.training.distill import teacher_layer  # reads the teacher's config.json only
+
+    return teacher_layer(task, user, "model" in from_cli)
 
 
 def save_config(cfg: Config, path: str | Path, notes: Sequence[str] = ()) -> Path:
@@ -714,6 +767,7 @@ def _validate(cfg: Config) -> None:
             _report_to_ok(cfg.report_to),
             f"must be one of {', '.join(REPORT_TO_WORDS)}, or a comma list of {', '.join(TRACKERS)}",
         ),
+        *_distill_checks(cfg),
     ]
     for key, ok, rule in checks:
         if not ok:
@@ -751,6 +805,63 @@ def _shape_checks(cfg: Config) -> list[tuple[str, bool, str]]:
 
 def _probabilities(values: list[float]) -> bool:
     return bool(values) and all(0 < value < 1 for value in values)
+
+
+def _distill_checks(cfg: Config) -> list[tuple[str, bool, str]]:
+    """The ranges of distill's keys, then: none of them set (away from its default) without a teacher.
+
+    Whether `student_layers` fits the teacher's depth needs its config.json: `training/distill.py` checks it.
+    """
+    layers = cfg.student_layers
+    checks = [
+        (
+            "student_layers",
+            *(
+                _within(layers, 1, MAX_LAYERS, "a layer count")
+                if not isinstance(layers, list)
+                else (True, "")
+            ),
+        ),
+        (
+            "student_layers",
+            not isinstance(layers, list) or _layer_list(layers),
+            f"must list layer indices in [0, {MAX_LAYERS - 1}] in increasing order, e.g. [0,2,5]",
+        ),
+        ("alpha", 0.0 <= cfg.alpha <= 1.0, "must be in [0, 1] (1 = soft targets only, 0 = gold only)"),
+        ("temperature", cfg.temperature > 0, "must be > 0"),
+        (
+            "transfer",
+            _transfer_ok(cfg.transfer),
+            f"must be none, or one or both of {','.join(TRANSFER_KINDS)}",
+        ),
+        (
+            "transfer_layers",
+            cfg.transfer_layers is None or all(0 <= i < MAX_LAYERS for i in cfg.transfer_layers),
+            f"must list teacher layer indices in [0, {MAX_LAYERS - 1}], one per student layer",
+        ),
+        (
+            "transfer_layers",
+            cfg.transfer_layers is None or cfg.transfer != "none",
+            "maps layers for transfer=hidden/attention, but transfer=none; set transfer, or drop this",
+        ),
+        ("transfer_weight", cfg.transfer_weight >= 0, "must be >= 0"),
+    ]
+    if cfg.teacher is None:
+        defaults = {f.name: f.default for f in dataclasses.fields(Config) if f.name in DISTILL_KEYS}
+        checks += [
+            (key, getattr(cfg, key) == default, "is a key of bert-tasks distill; give a teacher, or drop it")
+            for key, default in defaults.items()
+        ]
+    return checks
+
+
+def _layer_list(layers: list[int]) -> bool:
+    return bool(layers) and all(0 <= i < MAX_LAYERS for i in layers) and layers == sorted(set(layers))
+
+
+def _transfer_ok(value: str) -> bool:
+    names = [name.strip() for name in value.split(",")]
+    return value == "none" or (all(n in TRANSFER_KINDS for n in names) and len(set(names)) == len(names))
 
 
 def _within(value: int | None, low: int, high: int, note: str = "") -> tuple[bool, str]:

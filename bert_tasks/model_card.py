@@ -147,12 +147,15 @@ def run_card(facts: RunFacts, task: Task) -> ModelCard:
         metrics=sorted({metric for _, metric, _ in _scalars(facts.metrics)}) or None,
         eval_results=[_eval_result(facts, about, task, *score) for score in _scalars(facts.metrics)] or None,
     )
+    made = f"Fine-tuned from {_base_model_text(cfg.model)}"
+    if cfg.teacher is not None:
+        made = f"Distilled from the teacher `{cfg.teacher}` (`bert-tasks distill`)"
     body = [
         f"# {name}",
         "",
-        f"{about.summary} Fine-tuned from {_base_model_text(cfg.model)} with bert-tasks "
-        f"{facts.versions['bert-tasks']}.",
+        f"{about.summary} {made} with bert-tasks {facts.versions['bert-tasks']}.",
         *_model_section(cfg, facts, about),
+        *_distillation_section(cfg, facts.metrics),
         *_data_section(facts.data),
         *_scores_section(facts.metrics),
         *_windows_section(policy, about),
@@ -400,6 +403,55 @@ def _scores_section(metrics: dict[str, Any]) -> list[str]:
         for key, table in metrics[split].items():
             if _is_breakdown(table):
                 lines += ["", f"{key.replace('_', ' ')} ({split}):", "", *_breakdown(table)]
+    return lines
+
+
+def _distillation_section(cfg: Config, metrics: dict[str, Any]) -> list[str]:
+    """The teacher, how the student was made from it, the objective, and both models' scores."""
+    teacher = metrics.get("teacher")
+    if cfg.teacher is None or teacher is None:
+        return []
+    start = "the teacher" if teacher["student_start"] == "teacher" else f"`{teacher['student_start']}`"
+    kept = teacher["student_layers"]
+    layers = f"all layers of {start}" if kept is None else f"layers {kept} of {start} ({len(kept)} layers)"
+    transfer = "none"
+    if cfg.transfer != "none":
+        transfer = (
+            f"{cfg.transfer.replace(',', ' and ')} (TinyBERT / MiniLM-style), student layer m from teacher "
+            f"layer {teacher['transfer_layers']}[m], weight {cfg.transfer_weight:g}"
+        )
+    lines = [
+        "",
+        "## Distillation",
+        "",
+        f"- Teacher: `{teacher['model']}` ({teacher['layers']} layers), frozen; its logits are computed on "
+        "the fly for every batch",
+        f"- Student: {layers}",
+        f"- Objective: {cfg.alpha:g} x KL(teacher || student) of the softmax at temperature "
+        f"{cfg.temperature:g} (x T^2) + {1 - cfg.alpha:g} x cross-entropy on the gold labels, at the "
+        "positions the task scores",
+        f"- Intermediate transfer: {transfer}",
+    ]
+    if cfg.transfer_file is not None:
+        lines.append(
+            f"- Unlabelled text: `{cfg.transfer_file}` ({teacher['transfer_texts']} texts), trained on the "
+            "teacher's soft targets only"
+        )
+    splits = [split for split in SPLIT_ROLES if split in teacher and split in metrics]
+    if splits:
+        lines += [
+            "",
+            "The teacher's scores as its own run measured them (on its own validation and test data; "
+            "`bert-tasks evaluate` scores both on one file):",
+            "",
+            "| split | metric | teacher | student |",
+            "| --- | --- | --- | --- |",
+        ]
+        for split in splits:
+            for metric, value in metrics[split].items():
+                other = teacher[split].get(metric)
+                if isinstance(value, int | float) and isinstance(other, int | float):
+                    lines.append(f"| {split} | {metric} | {other:.4f} | {value:.4f} |")
     return lines
 
 

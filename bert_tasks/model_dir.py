@@ -211,7 +211,7 @@ def load_finetuned(
         )
     labels = label_names(path)
     _check_labels(path, labels)
-    _check_weights_match_labels(path, len(labels))
+    check_weights_match_labels(path, len(labels))
     task = policy.make_task()
     tokenizer = load_tokenizer(path, **task.tokenizer_options)
     # complete: every weight of the head must be in the file, so no part of it runs on random values.
@@ -387,7 +387,7 @@ def _check_labels(model_dir: Path, labels: list[str]) -> None:
         )
 
 
-def _check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
+def check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
     """Refuse a half-written model.safetensors or a config.json that lost its labels, in one line.
 
     Both would otherwise fail deep inside transformers (a safetensors header error, a size mismatch);
@@ -399,7 +399,7 @@ def _check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
     if not weights.is_file():
         return  # sharded or pickle weights: load_model says what is wrong with those
     try:
-        with safe_open(weights, "pt") as file:
+        with safe_open(weights, "numpy") as file:  # the header only; "numpy" imports no torch
             names = set(file.keys())
             output = next((name for name in _CLASSIFIER_OUTPUTS if name in names), None)
             head = file.get_slice(output).get_shape() if output is not None else None

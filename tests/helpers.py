@@ -99,6 +99,12 @@ def tiny_config(task: str, model_dir: Path, output_dir: Path, **overrides: Any) 
     return load_recipe(None, fast_overrides(task, model_dir, output_dir, **overrides), task=task)
 
 
+def distill_config(task: str, teacher: Path, output_dir: Path, **overrides: Any) -> Config:
+    """The typed config of a tiny distill run of `teacher`; no `model=` (the student starts at `student=`)."""
+    values = fast_overrides(task, teacher, output_dir, teacher=teacher, **overrides)
+    return load_recipe(None, [item for item in values if not item.startswith("model=")], task=task)
+
+
 def read_log(run_dir: Path) -> list[dict[str, Any]]:
     """The records of a run's train_log.jsonl."""
     return [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]

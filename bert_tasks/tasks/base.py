@@ -234,6 +234,16 @@ class Task(ABC):
         input: its text (None for NER's tokens alone; a pair model: the (text, second text) pair)."""
         return record.get("text")
 
+    def transfer_rows(self, records: list[dict[str, Any]], labels: Sequence[str]) -> Dataset:
+        """Unlabelled input records (checked by `check_input`) as training rows for distillation
+        (`transfer_file`): `input_columns`' rows with a placeholder gold label out of `labels`, so `encode`
+        marks the positions the task scores exactly as on labelled rows. The run masks their gold loss:
+        only the teacher's soft targets train on them. Not abstract: a task without it takes no
+        transfer_file (one line, before torch loads)."""
+        raise BertTasksError(
+            f"transfer_file: the {self.name} task takes no unlabelled text; drop transfer_file"
+        )
+
     # Encoding and batching.
 
     @abstractmethod

@@ -521,6 +521,15 @@ class NerTask(Task):
         token_input(where, record)
         return record
 
+    def transfer_rows(self, records: list[dict[str, Any]], labels: Sequence[str]) -> Dataset:
+        """The records' words as prediction takes them (a text split by the word splitter, or the user's
+        tokens), every word tagged `O` as a placeholder: `encode` then marks each word's first sub-token
+        (all of them with `label_all_subtokens`)."""
+        from datasets import Dataset
+
+        raw = Dataset.from_dict(self.input_columns(records))
+        return raw.add_column("tags", [["O"] * len(words) for words in raw["tokens"]])
+
     def input_columns(self, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
         """Records with 'tokens' keep them as their words; a 'text' alone is cut by the word splitter."""
         return inputs_to_columns(records, self.splitter)

@@ -253,6 +253,14 @@ class SentimentTask(Task):
             return record["text"]
         return record["text"], record[self.pair_field]
 
+    def transfer_rows(self, records: list[dict[str, Any]], labels: Sequence[str]) -> Dataset:
+        """The texts (with their pairs), each with the first label as its placeholder gold (one scored
+        position per window)."""
+        from datasets import Dataset
+
+        raw = Dataset.from_dict(self.input_columns(records))
+        return raw.add_column("label", [labels[0]] * len(records))
+
     def label_names(self, train: Dataset, cfg: Config) -> list[str]:
         """`cfg.label_names` when given, else the sorted training classes (regression: its one output)."""
         return self.shape.label_names(train, cfg)

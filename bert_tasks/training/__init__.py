@@ -3,7 +3,8 @@
 Everything that can be checked without a model is checked here first, before torch and transformers
 load: the output dir (taken for this run at once, so a second run on it is refused), `--resume`'s
 checkpoint, the trackers `report_to` names (installed, and a logs/ dir of the run's own to write into),
-every data file (read and validated whole) and a base model path that does not exist. A mistake in any
+every data file (read and validated whole), a base model path that does not exist and, for a distill
+run, the teacher against the data and the student (`training/distill.py`). A mistake in any
 of them is answered in a second, and leaves the output dir as it was.
 """
 
@@ -22,11 +23,14 @@ from bert_tasks.pruning.heads import check_removable, heads_by_layer, read_shape
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
 from bert_tasks.training.class_weights import check_class_weights
+from bert_tasks.training.distill import DistillPlan, plan_distillation
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.trackers import LOGS_DIR, check_logs_dir, resolve_trackers
 
 if TYPE_CHECKING:
     from bert_tasks.config import Config
+    from bert_tasks.tasks.base import Task
+    from bert_tasks.training.run import Run
 
 
 def train(cfg: Config, data: Any = None) -> Path:
@@ -45,6 +49,8 @@ def train(cfg: Config, data: Any = None) -> Path:
         from bert_tasks.training.seeds import train_seeds
 
         return train_seeds(cfg, lambda one: train(one, data), data)
+    if cfg.teacher is not None:  # a distill run's model is where its student starts (as load_recipe sets it)
+        cfg = replace(cfg, model=cfg.student or cfg.teacher)
     check_model_name(cfg.model)
     output = claim_output_dir(cfg)
     try:
@@ -66,10 +72,9 @@ def train(cfg: Config, data: Any = None) -> Path:
             task = get_task(cfg)
         if isinstance(cfg.class_weights, list):
             check_class_weights(cfg.class_weights, task.label_names(raw["train"], cfg))
-        from bert_tasks.training.run import Run  # torch, transformers, accelerate: once the input is good
-
+        plan = plan_distillation(cfg, task, raw) if cfg.teacher is not None else None
         in_memory = list(split_data(data)) if data is not None else []
-        run = Run.setup(cfg, task, raw, output, in_memory)
+        run = _start(cfg, task, raw, output, in_memory, plan)
     except BaseException:
         output.abandon()  # a dir this run created and never wrote to goes again; the lock is released
         raise
@@ -80,6 +85,24 @@ def train(cfg: Config, data: Any = None) -> Path:
         output.release()
 
 
+def _start(
+    cfg: Config,
+    task: Task,
+    raw: dict[str, Any],
+    output: OutputDir,
+    in_memory: list[str],
+    plan: DistillPlan | None,
+) -> Run:
+    """The set-up Run, or DistillRun with a teacher; torch, transformers, accelerate load only now."""
+    if plan is None:
+        from bert_tasks.training.run import Run
+
+        return Run.setup(cfg, task, raw, output, in_memory)
+    from bert_tasks.training.distill_run import DistillRun
+
+    return DistillRun.setup(cfg, task, raw, output, in_memory, plan=plan)
+
+
 def claim_output_dir(cfg: Config) -> OutputDir:
     """Take `output_dir` for this run, or refuse in one line (in use, not ours to replace, nothing to resume).
 
@@ -87,7 +110,16 @@ def claim_output_dir(cfg: Config) -> OutputDir:
     """
     path = Path(cfg.output_dir if cfg.output_dir is not None else f"runs/{cfg.task}")
     reads = [
-        Path(p) for p in (cfg.train_file, cfg.validation_file, cfg.test_file, cfg.model) if p is not None
+        Path(p)
+        for p in (
+            cfg.train_file,
+            cfg.validation_file,
+            cfg.test_file,
+            cfg.model,
+            cfg.teacher,
+            cfg.transfer_file,
+        )
+        if p is not None
     ]
     if cfg.resume:
         _check_resumable(path)

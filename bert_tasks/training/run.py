@@ -133,7 +133,15 @@ class Due:
 
 
 class Run:
-    """One fine-tuning run; build it with `Run.setup`."""
+    """One fine-tuning run; build it with `Run.setup`.
+
+    `DistillRun` (training/distill_run.py) is this run with a teacher: it overrides the hooks below that
+    say which labels, rows, model and objective the run trains (`_label_names`, `_add_training_rows`,
+    `_build_model`, `_objective`) and what metrics.json records besides (`_provenance`); the loop is this one.
+    """
+
+    #: The command that runs (and resumes) it, for the start line and the Ctrl-C line.
+    command = "finetune"
 
     def __init__(self, cfg: Config, task: Task, raw: dict[str, Dataset], output: OutputDir) -> None:
         self.cfg, self.task, self.raw, self.output = cfg, task, raw, output
@@ -151,15 +159,17 @@ class Run:
         raw: dict[str, Dataset],
         output: OutputDir,
         in_memory: Collection[str] = (),
+        **context: Any,
     ) -> Run:
         """Accelerator, tokenizer, encoded splits, model, loaders, optimizer, schedule; resumed if asked.
 
-        `in_memory` names the splits given as in-memory data (the card and recipe.yaml say so)."""
-        run = cls(cfg, task, raw, output)
+        `in_memory` names the splits given as in-memory data (the card and recipe.yaml say so); `context`
+        goes to the constructor (a DistillRun's plan)."""
+        run = cls(cfg, task, raw, output, **context)
         run._start_accelerator()
         set_seed(cfg.seed)
         run.tokenizer = load_tokenizer(cfg.model, **task.tokenizer_options)
-        run.labels = task.label_names(raw["train"], cfg)
+        run.labels = run._label_names()
         run.data_sources = describe_data(
             cfg, raw, in_memory
         )  # sizes and SHA-256 of what was read, for the card
@@ -172,6 +182,7 @@ class Run:
         run.class_weights = resolve_class_weights(
             cfg.class_weights, run.labels, run.encoded["train"]["labels"]
         )
+        run._add_training_rows()  # after the class weights: they count gold labels only
         run._load_model()
         run._prepare_training()
         if cfg.resume:
@@ -204,11 +215,27 @@ class Run:
             ),
         )
 
-    def _load_model(self) -> None:
+    def _label_names(self) -> list[str]:
+        """The run's labels in id order: the training data's."""
+        return self.task.label_names(self.raw["train"], self.cfg)
+
+    def _add_training_rows(self) -> None:
+        """Encoded rows to train on besides the labelled ones (none here)."""
+
+    def _build_model(self) -> torch.nn.Module:
+        """The model to train: `cfg.model` with the task's head for the run's labels."""
         cfg = self.cfg
-        model = load_model(
+        return load_model(
             cfg.model, self.task.name, self.labels, allow_pickle=cfg.allow_pickle, attention=cfg.attention
         )
+
+    def _objective(self, weights: torch.Tensor | None) -> Any:
+        """What the loop minimises per batch, called as `objective(model, batch)`."""
+        return TaskLoss(weights)
+
+    def _load_model(self) -> None:
+        cfg = self.cfg
+        model = self._build_model()
         check_tokenizer_fits(self.tokenizer, model, cfg.model)
         if cfg.prune_heads:
             require_fused(model.config, "prune_heads=", cfg.model, "drop prune_heads, or train a BERT")
@@ -282,7 +309,7 @@ class Run:
         self.scheduler = accelerator.prepare(schedule)
         self.window = LossWindow(torch.zeros((), device=accelerator.device))
         weights = self.class_weights
-        self.loss = TaskLoss(
+        self.loss = self._objective(
             None if weights is None else torch.tensor(weights.weights, device=accelerator.device)
         )
         self.log_path = self.output_dir / "train_log.jsonl"
@@ -342,7 +369,7 @@ class Run:
         cfg, accelerator = self.cfg, self.accelerator
         effective = cfg.batch_size * cfg.grad_accum * accelerator.num_processes
         logger.info(
-            f"bert-tasks finetune {cfg.task}: model {cfg.model} | "
+            f"bert-tasks {self.command} {cfg.task}: model {cfg.model} | "
             f"{len(self.encoded['train'])} training windows | "
             f"{accelerator.num_processes} process(es) on {accelerator.device} | "
             f"batch {cfg.batch_size} per device x accum {cfg.grad_accum} = effective {effective} | "
@@ -547,7 +574,7 @@ class Run:
         signal_number = self.signals.signal_number
         return TrainingInterrupted(
             f"interrupted at step {self.state.global_step}; checkpoint saved to {checkpoint}; "
-            f"continue with: bert-tasks finetune {self.cfg.task} --recipe {recipe} --resume",
+            f"continue with: bert-tasks {self.command} {self.cfg.task} --recipe {recipe} --resume",
             *([] if signal_number is None else [signal_number]),
         )
 
@@ -571,6 +598,7 @@ class Run:
                     accelerator.prepare(loader), split, calibrate and split == "validation"
                 )
         setattr(unwrapped.config, POLICY_KEY, self._policy())
+        metrics.update(self._provenance())
         weights = full_state_dict(accelerator, self.model)  # every process: gathering FSDP shards
         with failing_together(accelerator, "saving the model"):
             if accelerator.is_main_process:
@@ -648,6 +676,10 @@ class Run:
             os.replace(staging / name, output_dir / name)
         staging.rmdir()
         shutil.rmtree(output_dir / BEST_DIR, ignore_errors=True)
+
+    def _provenance(self) -> dict[str, Any]:
+        """What metrics.json records beside the scores of the run's own splits (nothing here)."""
+        return {}
 
     def _what_is_intact(self) -> str:
         best = self.output_dir / BEST_DIR
