@@ -8,11 +8,14 @@ resident memory after a warm-up and every --every calls, and the texts/s over th
 padded length rounded up to a multiple of --multiples tokens (8 is what the tasks pad to), under bf16
 and fp32. `--linear` isolates the cause: one bf16 `Linear(384, 1536)` (a feed-forward layer of the
 model) on [N, 384] inputs of 1,200 random row counts N in 5..900 (what unpadding hands every projection:
-the batch's real tokens), against the same with N rounded up to a multiple of 64, and fp32. Run from the
-repo root:
+the batch's real tokens), against the same with N rounded up to a multiple of 64, and fp32.
+`--buckets-cost` prices the fix (`modeling/unpad.packed_rows`): one process, one torch thread, each call's
+batch predicted twice, with the packed rows bucketed and exact, in alternating order, so load hits both
+alike; it prints the median per-call time ratio. Run from the repo root:
 
     python bench/shape_memory.py --model /tmp/serve-bench-sentiment --json bench/results/shape_memory.json
     python bench/shape_memory.py --linear
+    python bench/shape_memory.py --model /tmp/serve-bench-sentiment --buckets-cost --calls 300
 """
 
 from __future__ import annotations
@@ -84,6 +87,41 @@ def linear_rows(mode: str, calls: int = 1200, every: int = 200) -> dict:
     return {"mode": mode, "rss_mib": rss}
 
 
+def buckets_cost(model: str, calls: int, max_texts: int) -> None:
+    """Per-call time of bf16 prediction with the packed rows bucketed against exact, alternating."""
+    import statistics
+
+    import torch
+    from common import machine_line, quiet, read_tsv
+
+    from bert_tasks.inference.predictor import Predictor
+    from bert_tasks.modeling import unpad
+    from bert_tasks.runtime import configure_cli_process
+
+    configure_cli_process()
+    quiet()
+    torch.set_num_threads(1)
+    texts = read_tsv(SST2_DEV, "sentence", "label")["text"]
+    draws = random.Random(0)
+    predictor = Predictor(model, batch_size=64, mixed_precision="bf16", progress=False)
+    predictor.records(texts[:64])  # warm-up
+    bucketed = unpad.buckets_rows
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    for call in range(calls):
+        batch = draws.sample(texts, draws.randint(1, max_texts))
+        for bucket in (True, False) if call % 2 else (False, True):
+            unpad.buckets_rows = bucketed if bucket else lambda hidden_states: False
+            start = time.perf_counter()
+            predictor.records(batch)
+            seconds[bucket].append(time.perf_counter() - start)
+    unpad.buckets_rows = bucketed
+    ratios = [a / b for a, b in zip(seconds[True], seconds[False], strict=True)]
+    print(machine_line(), "| load average", os.getloadavg())
+    for bucket, name in ((False, "exact N rows"), (True, "bucketed rows")):
+        print(f"{name}: median {1000 * statistics.median(seconds[bucket]):.1f} ms per call")
+    print(f"bucketed / exact, median per call over {calls} calls: {statistics.median(ratios):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -96,8 +134,12 @@ def main() -> None:
     parser.add_argument("--max-texts", type=int, default=32)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--linear", action="store_true", help="the one-Linear experiment instead")
+    parser.add_argument("--buckets-cost", action="store_true", help="bucketed vs exact rows, per call")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one setting, print its JSON
     args = parser.parse_args()
+    if args.buckets_cost:
+        buckets_cost(args.model, args.calls, args.max_texts)
+        return
     if args.linear and args.one:
         print(json.dumps(linear_rows(args.one)))
         return

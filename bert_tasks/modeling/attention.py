@@ -116,7 +116,7 @@ class FusedBertSelfAttention(BertSelfAttention):
         with `first_token_only` too, only each sequence's first position queries and the context is [B, C'].
         """
         unpadding: Unpadding | None = kwargs.get(UNPADDING_KWARG)
-        qkv = self.qkv(hidden_states)  # [B, T, 3 * H * D], or [N, 3 * H * D] unpadded
+        qkv = self.qkv(hidden_states)  # [B, T, 3 * H * D], or [rows, 3 * H * D] unpadded
         if unpadding is not None:
             qkv = unpadding.scatter(qkv)  # [B, T, 3 * H * D]
         batch, seq_len, _ = qkv.shape
@@ -161,7 +161,7 @@ class FusedBertSelfAttention(BertSelfAttention):
         if first_token_only:
             return context[:, 0], probs  # [B, H * D]
         if unpadding is not None:
-            context = unpadding.gather(context)  # [N, H * D]
+            context = unpadding.gather(context)  # [rows, H * D]
         return context, probs
 
     def _math_is_faster(self, query: torch.Tensor, keys: int) -> bool:

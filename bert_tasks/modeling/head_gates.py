@@ -72,12 +72,14 @@ class _GateHook:
         kwargs: dict[str, Any],
         output: tuple[torch.Tensor, torch.Tensor | None],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, probs = output  # [B, T, H * D], [N, H * D] or [B, H * D]
+        context, probs = output  # [B, T, H * D], [rows, H * D] or [B, H * D]
         heads, size = module.num_attention_heads, module.attention_head_size
         gate = self.gate.to(context.dtype)
         unpadding: Unpadding | None = kwargs.get(UNPADDING_KWARG)
         if gate.dim() == 2 and unpadding is not None and not kwargs.get(FIRST_TOKEN_KWARG, False):
             gate = gate.index_select(0, unpadding.indices // unpadding.seq_len)  # [N, H]: each token's row
+            extra = unpadding.rows - gate.shape[0]  # bucketed zero rows (unpad.packed_rows) take no gate
+            gate = torch.cat([gate, gate.new_zeros(extra, heads)]) if extra else gate  # [rows, H]
         elif gate.dim() == 2 and context.dim() == 3:
             gate = gate[:, None]  # [B, 1, H]
         split = context.unflatten(-1, (heads, size))  # [..., H, D]

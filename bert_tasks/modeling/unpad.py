@@ -11,6 +11,12 @@ the padding positions, so heads, losses and callers see the usual shapes.
 The attention direction (`direction.py`) applies on both paths: the attention's [B, T] layout gives each
 sequence its own triangle.
 
+Under bf16 on CPU in inference the packed matrix gets zero rows up to a bucketed size (`packed_rows`):
+oneDNN keeps state per matmul shape, and N takes a new value almost every call, so a long-lived bf16
+server grew without bound (BENCHMARKS.md, "Memory growth under bf16"). The extra rows are row-wise
+independent of the real ones (projections, feed-forward and LayerNorms act per row) and never reach the
+attention or the output; training keeps N exact (its dropout draws, and no wasted rows).
+
 The padded path runs unchanged whenever unpadding cannot apply or buys nothing: no padding, a mask that is
 not a key-padding mask, a decoder (causal masks, caches, cross-attention), `output_attentions` /
 `output_hidden_states` (their captured tensors keep transformers' [B, T, ...] shapes), or a feed-forward
@@ -41,25 +47,49 @@ class Unpadding:
     indices: torch.Tensor  # [N] flat positions b * T + t of the real tokens, in order
     batch: int
     seq_len: int
+    #: Rows of the packed matrix: N, or more (zero rows after the real ones, `packed_rows`).
+    rows: int
 
     @classmethod
-    def from_token_mask(cls, tokens: torch.Tensor) -> Unpadding:
-        """`tokens`: bool [B, T], True at real tokens."""
+    def from_token_mask(cls, tokens: torch.Tensor, bucketed: bool = False) -> Unpadding:
+        """`tokens`: bool [B, T], True at real tokens; `bucketed`: pack into `packed_rows(N)` rows."""
         batch, seq_len = tokens.shape
-        return cls(tokens.flatten().nonzero().squeeze(1), batch, seq_len)
+        indices = tokens.flatten().nonzero().squeeze(1)  # [N]
+        real = indices.numel()
+        return cls(indices, batch, seq_len, packed_rows(real) if bucketed else real)
 
     def gather(self, padded: torch.Tensor) -> torch.Tensor:
-        """[B, T, C] -> [N, C]: the real tokens only."""
-        return padded.reshape(self.batch * self.seq_len, -1).index_select(0, self.indices)
+        """[B, T, C] -> [rows, C]: the real tokens, then zero rows up to `rows`."""
+        packed = padded.reshape(self.batch * self.seq_len, -1).index_select(0, self.indices)  # [N, C]
+        extra = self.rows - self.indices.numel()
+        return packed if extra == 0 else torch.cat([packed, packed.new_zeros(extra, packed.shape[-1])])
 
     def scatter(self, packed: torch.Tensor) -> torch.Tensor:
-        """[N, C] -> [B, T, C], zeros at the padding positions."""
+        """[rows, C] -> [B, T, C], zeros at the padding positions (the rows past N are dropped)."""
+        real = packed[: self.indices.numel()]  # [N, C]
         padded = packed.new_zeros(self.batch * self.seq_len, packed.shape[-1])  # [B * T, C]
-        return padded.index_copy(0, self.indices, packed).view(self.batch, self.seq_len, -1)
+        return padded.index_copy(0, self.indices, real).view(self.batch, self.seq_len, -1)
 
     def first_tokens(self) -> torch.Tensor:
         """[B] rows of [N, C] that hold each sequence's first token (every sequence starts with one)."""
         return (self.indices % self.seq_len == 0).nonzero().squeeze(1)
+
+
+def packed_rows(real: int) -> int:
+    """`real` rounded up to one of 8 sizes an octave (a multiple of 8 below 128): at most 12.5% extra
+    rows, and a few dozen sizes for any batch instead of one per token count."""
+    step = max(8, 1 << max(real.bit_length() - 4, 0))
+    return -(-real // step) * step
+
+
+def buckets_rows(hidden_states: torch.Tensor) -> bool:
+    """Inference in bf16/fp16 on CPU (weights or autocast): where oneDNN's per-shape state grows."""
+    if hidden_states.device.type != "cpu" or torch.is_grad_enabled():
+        return False
+    low = (torch.bfloat16, torch.float16)
+    return hidden_states.dtype in low or (
+        torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in low
+    )
 
 
 def token_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -128,7 +158,7 @@ class UnpaddedBertEncoder(DirectedBertEncoder):
                 use_cache=use_cache,
                 **kwargs,
             )
-        unpadding = Unpadding.from_token_mask(tokens)
+        unpadding = Unpadding.from_token_mask(tokens, bucketed=buckets_rows(hidden_states))
         kwargs[UNPADDING_KWARG] = unpadding
         attention_mask = directed_mask(
             attention_mask, self.attention_direction, unpadding.seq_len, hidden_states.device
@@ -136,7 +166,7 @@ class UnpaddedBertEncoder(DirectedBertEncoder):
         layers = list(self.layer)
         shortcut = first_token_only and bool(layers) and not self._runs_in_full(layers[-1])
         last = layers.pop() if shortcut else None
-        packed = unpadding.gather(hidden_states)  # [N, C]
+        packed = unpadding.gather(hidden_states)  # [rows, C]: N real tokens (+ zero rows, bucketed)
         for layer_module in layers:
             packed = layer_module(packed, attention_mask, None, **kwargs)
         if last is None:

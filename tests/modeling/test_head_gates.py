@@ -81,6 +81,20 @@ def test_a_gate_per_sequence_touches_its_own_sequence_only(head: type, padded_ba
     assert not torch.allclose(third[0], third[2]), "the gate changed nothing"
 
 
+@pytest.mark.parametrize("head", HEADS)
+def test_gates_per_sequence_fit_bucketed_rows(head: type, padded_batch) -> None:
+    """bf16 inference packs zero rows after the real tokens (`unpad.packed_rows`): they take no gate."""
+    model = tiny(head)
+    masked = gates(model, 3)
+    masked[1][2, 0] = 0.0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = model(**padded_batch).logits
+        with gated_heads(model, masked):
+            gated = model(**padded_batch).logits
+    torch.testing.assert_close(gated[:2], plain[:2], atol=0, rtol=0)
+    assert not torch.equal(gated[2], plain[2])
+
+
 def test_gates_must_fit_the_heads() -> None:
     model = tiny(BertForSequenceClassification)
     model.prune_heads({0: [0]})

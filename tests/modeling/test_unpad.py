@@ -19,7 +19,7 @@ from transformers import (
 from bert_tasks import patch_bert
 from bert_tasks.modeling import unpad
 from bert_tasks.modeling.load import bundled_model_dir
-from bert_tasks.modeling.unpad import Unpadding, token_mask
+from bert_tasks.modeling.unpad import Unpadding, packed_rows, token_mask
 from tests.helpers import assert_same_training_step, at_real_tokens, tiny_bert_config
 
 
@@ -137,6 +137,52 @@ def test_unpadding_round_trip():
     restored = unpadding.scatter(packed)
     torch.testing.assert_close(restored[tokens], padded[tokens])
     assert restored[~tokens].abs().max() == 0
+
+
+def test_packed_rows_are_few_sizes_at_most_an_eighth_over():
+    sizes = {real: packed_rows(real) for real in range(1, 8193)}
+    assert all(real <= rows and rows % 8 == 0 for real, rows in sizes.items())
+    assert all(rows - real < max(8, real / 8) for real, rows in sizes.items())
+    assert len(set(sizes.values())) <= 16 + 8 * 6  # below 128 every 8th, then 8 an octave up to 8192
+    assert packed_rows(21) == 24 and packed_rows(128) == 128 and packed_rows(129) == 144
+
+
+def test_a_bucketed_round_trip_drops_its_zero_rows():
+    tokens = torch.tensor([[True, True, False], [True, False, False]])
+    unpadding = Unpadding.from_token_mask(tokens, bucketed=True)
+    padded = torch.arange(18.0).view(2, 3, 3)  # [B, T, C]
+    packed = unpadding.gather(padded)  # [8, C]: 3 real rows, 5 zero rows
+    assert unpadding.rows == 8 and packed.shape == (8, 3) and packed[3:].abs().max() == 0
+    restored = unpadding.scatter(packed + 1.0)  # what a layer leaves in the extra rows never comes back
+    torch.testing.assert_close(restored[tokens], padded[tokens] + 1.0)
+    assert restored[~tokens].abs().max() == 0
+
+
+@pytest.mark.parametrize(
+    "model_class", [BertModel, BertForSequenceClassification, BertForTokenClassification]
+)
+def test_bf16_inference_packs_bucketed_rows_and_computes_the_same(padded_batch, gathered_rows, model_class):
+    """Under bf16 autocast on CPU in inference the packed matrix has `packed_rows(N)` rows; the outputs
+    are the unbucketed ones (fp32 runs N exactly, and training too: its dropout draws stay as they were)."""
+    _, patched = stock_and_patched(model_class, num_labels=3)
+    real = int(padded_batch["attention_mask"].sum())  # 21
+    with torch.no_grad():
+        exact = patched(**padded_batch)
+        assert set(gathered_rows) == {real}
+        gathered_rows.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bucketed = patched(**padded_batch)
+    assert set(gathered_rows) == {packed_rows(real)} == {24}
+    mask = padded_batch["attention_mask"]
+    want, got = (out.logits if hasattr(out, "logits") else out.last_hidden_state for out in (exact, bucketed))
+    if got.dim() == 3:
+        want, got = at_real_tokens(want, mask), at_real_tokens(got, mask)
+    torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
+    gathered_rows.clear()
+    patched.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        patched(**padded_batch)
+    assert set(gathered_rows) == {real}
 
 
 @pytest.fixture
