@@ -2,8 +2,9 @@
 
 Bounded, and stops by itself: first the library alone (a `Predictor` in this process, set up as the
 command line sets its own process, `predictor.records(texts)` over all texts in its length-sorted
-batches of --max-batch: what a program calling the library gets; median of --repeats, then freed), then
-one server process
+batches of --max-batch: what a program calling the library gets; median of --repeats, then freed; measured
+again after the server stopped, and the server compared with the faster of the two, since a shared
+machine's load moves between them), then one server process
 (`bert-tasks serve sentiment`, as a user starts it) and, for each number of concurrent clients, --requests
 requests of one text each (a client sends its next request when its answer came). Reported per client
 count: texts/s against the library's, latency p50/p95/p99, errors (any status but 200, or no answer),
@@ -137,8 +138,6 @@ def main() -> None:
         f"library (Predictor.records, batches of {args.max_batch}): {library:.0f} texts/s "
         f"on {len(texts)} texts"
     )
-    columns = ["clients", "requests", "texts/s", "vs library", "p50 ms", "p95 ms", "p99 ms", "errors"]
-    table_header([*columns, "model calls", "texts per call", "server RSS MiB"])
     rows = []
     for clients in args.clients:
         counters = httpx.get(f"{url}/info", timeout=60).json()["counters"]
@@ -150,7 +149,6 @@ def main() -> None:
             "clients": clients,
             "requests": args.requests,
             "texts_per_s": round(args.requests / seconds, 1),
-            "vs_library": round(args.requests / seconds / library, 3),
             "p50_ms": round(1000 * percentile(latencies, 0.50), 1),
             "p95_ms": round(1000 * percentile(latencies, 0.95), 1),
             "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
@@ -160,10 +158,17 @@ def main() -> None:
             "server_rss_mib": round(rss / (1 << 20)),
         }
         rows.append(row)
-        table_row([row[key] for key in row])
     rss_after = memory.memory_info().rss
     server.send_signal(signal.SIGTERM)
     status = server.wait(timeout=120)
+    library_after = library_throughput(args.model, texts, args.max_batch, args.repeats)
+    print(f"library again, after the server stopped: {library_after:.0f} texts/s")
+    columns = ["clients", "requests", "texts/s", "vs library", "p50 ms", "p95 ms", "p99 ms", "errors"]
+    table_header([*columns, "model calls", "texts per call", "server RSS MiB"])
+    for row in rows:
+        row["vs_library"] = round(row["texts_per_s"] / max(library, library_after), 3)
+        keys = ["clients", "requests", "texts_per_s", "vs_library", "p50_ms", "p95_ms", "p99_ms", "errors"]
+        table_row([row[key] for key in [*keys, "model_calls", "texts_per_call", "server_rss_mib"]])
     mib = 1 << 20
     print(
         f"server RSS {rss_before / mib:.0f} MiB after warm-up, {rss_after / mib:.0f} MiB after the last "
@@ -174,6 +179,7 @@ def main() -> None:
         {
             "machine": machine_line(),
             "library_texts_per_s": round(library, 1),
+            "library_texts_per_s_after": round(library_after, 1),
             "rows": rows,
             "rss_mib": {"before": round(rss_before / mib), "after": round(rss_after / mib)},
             "exit_status": status,
