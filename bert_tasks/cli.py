@@ -343,6 +343,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     prune.set_defaults(run=_prune, positionals="overrides")
 
+    compress = commands.add_parser(
+        "compress",
+        help="distil, prune and export int8 in one go, each step scored on the validation split",
+        description="Runs distill (the teacher cut to --layers), prune (--heads, optional) and export "
+        "--format onnx --quantize int8 into OUT/distilled, OUT/pruned, OUT/onnx-int8, scores every step "
+        "and the teacher on the teacher's validation split, and names the dir to deploy: with --max-loss, "
+        "the smallest step within that many points of the teacher. Writes OUT/compress.json.",
+    )
+    compress.add_argument("task", choices=tasks)
+    compress.add_argument("--model", help="the fine-tuned model dir (default: runs/<task>)")
+    compress.add_argument("--out", required=True, help="a new dir for the steps' model dirs")
+    compress.add_argument(
+        "--layers", default="half", help="layers the student keeps: a count, half (default), or none"
+    )
+    compress.add_argument("--heads", help="heads to prune from the student: a fraction (0.25) or a count")
+    compress.add_argument("--recover-steps", type=int, default=0, help="recovery updates after pruning")
+    compress.add_argument("--no-int8", action="store_true", help="skip the ONNX int8 export")
+    compress.add_argument("--max-loss", type=float, help="validation points the deployed step may lose")
+    compress.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="distill keys over the teacher's recipe (epochs=3)"
+    )
+    compress.set_defaults(run=_compress, positionals="overrides")
+
     debug = commands.add_parser("debug", help="look at the data before training (debug data)")
     debug_commands = debug.add_subparsers(dest="debug_command", required=True)
     data = debug_commands.add_parser(
@@ -633,6 +656,23 @@ def _prune(args: argparse.Namespace) -> None:
 
     out = prune(args.task, _model_dir(args), args.heads, args.out, args.overrides)
     print(f"pruned model written to {out}")
+
+
+def _compress(args: argparse.Namespace) -> None:
+    from bert_tasks.compress import compress, plan_compress, render_report
+
+    plan = plan_compress(
+        args.task,
+        _model_dir(args),
+        args.out,
+        args.layers,
+        args.heads,
+        args.recover_steps,
+        not args.no_int8,
+        args.max_loss,
+        args.overrides,
+    )
+    print(render_report(compress(plan)))
 
 
 def _serve(args: argparse.Namespace) -> None:
