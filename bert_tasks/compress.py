@@ -133,14 +133,20 @@ def _distill_config(
     """The teacher's recipe with the user's keys: the distill run's config, and the data every step is
     scored on (its validation split)."""
     recipe = teacher / "recipe.yaml"
+    named = {item.partition("=")[0].strip() for item in overrides}
+    if not recipe.is_file() and not ({"train_file", "dataset"} & named and "validation_file" in named):
+        # Without its recipe the config would fall back to the task's demo data: refuse, never guess.
+        raise BertTasksError(
+            f"compress: {teacher} has no recipe.yaml naming the data it was trained on; give "
+            "train_file= (or dataset=) and validation_file= to distil on and compare the steps on"
+        )
     layer_key = [f"student_layers={layers}"] if layers is not None else []
     values = [*overrides, f"teacher={teacher}", *layer_key, f"output_dir={out / DISTILLED}"]
     cfg = load_recipe(recipe if recipe.is_file() else None, values, task=task)
-    has_validation = cfg.validation_file or cfg.validation_split or cfg.dataset
-    if not has_validation:
+    if not (cfg.validation_file or cfg.validation_split or cfg.dataset):
         raise BertTasksError(
-            f"compress: {teacher} has no validation data to compare the steps on (no recipe.yaml naming "
-            "one); give validation_file= (or validation_split=)"
+            f"compress: {recipe} names no validation data to compare the steps on; give validation_file= "
+            "(or validation_split=)"
         )
     return cfg
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,8 @@ def test_max_loss_deploys_the_last_step_within_it(max_loss: float | None, deploy
 
 
 def test_every_mistake_is_one_line_before_torch(sentiment_run: Path, tmp_path: Path) -> None:
+    no_recipe = shutil.copytree(sentiment_run, tmp_path / "no-recipe")
+    (no_recipe / "recipe.yaml").unlink()
     used = tmp_path / "used"
     used.mkdir()
     (used / "notes.txt").write_text("mine")
@@ -79,6 +82,10 @@ def test_every_mistake_is_one_line_before_torch(sentiment_run: Path, tmp_path: P
         ([*model, "--out", "o", "--max-loss", "-1"], "--max-loss -1.0: give the points"),
         ([*model, "--out", "o", "alpha=2"], "alpha=2.0, must be in [0, 1]"),
         (["compress", "ner", "--model", str(sentiment_run), "--out", "o"], "not a ner model"),
+        (
+            ["compress", "sentiment", "--model", str(no_recipe), "--out", "o"],
+            "has no recipe.yaml naming the data",
+        ),
     ]
     for argv, message in cases:
         answer = probe(argv, tmp_path)
