@@ -5,8 +5,9 @@ command line sets its own process, `predictor.records(texts)` over all texts in 
 batches of --max-batch: what a program calling the library gets; median of --repeats, then freed; measured
 again after the server stopped, and the server compared with the faster of the two, since a shared
 machine's load moves between them), then one server process
-(`bert-tasks serve sentiment`, as a user starts it) and, for each number of concurrent clients, --requests
-requests of one text each (a client sends its next request when its answer came). Reported per client
+(`bert-tasks serve sentiment`, as a user starts it) and, for each number of concurrent clients and each
+--texts-per-request, --requests requests of that many texts (a client sends its next request when its
+answer came). Reported per client
 count: texts/s against the library's, latency p50/p95/p99, errors (any status but 200, or no answer),
 the model calls and mean texts per call from /info's counters, and the server's resident memory before
 the first load and after the last. Texts: SST-2 dev sentences (../shared/data/sst2/dev.tsv), cycled.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import os
 import signal
 import socket
@@ -78,8 +80,11 @@ def start_server(model: str, port: int, max_batch: int, max_wait_ms: float) -> s
     raise SystemExit("the server did not answer /health within 300 s")
 
 
-async def load(url: str, texts: list[str], requests: int, clients: int) -> tuple[float, list[float], int]:
-    """Wall seconds, per-request latencies and the error count of `requests` one-text requests."""
+async def load(
+    url: str, texts: list[str], requests: int, clients: int, per_request: int = 1
+) -> tuple[float, list[float], int]:
+    """Wall seconds, per-request latencies and the error count of `requests` requests of `per_request`
+    texts each."""
     latencies: list[float] = []
     errors = 0
     sent = 0
@@ -87,12 +92,14 @@ async def load(url: str, texts: list[str], requests: int, clients: int) -> tuple
     async def client(http: httpx.AsyncClient) -> None:
         nonlocal errors, sent
         while sent < requests:
-            text = texts[sent % len(texts)]
+            first = sent * per_request
+            sending = [texts[(first + i) % len(texts)] for i in range(per_request)]
             sent += 1
             start = time.perf_counter()
             try:
-                answer = await http.post(f"{url}/predict", json={"texts": [text]})
-                ok = answer.status_code == 200 and answer.json()["records"][0]["text"] == text
+                answer = await http.post(f"{url}/predict", json={"texts": sending})
+                records = answer.json()["records"] if answer.status_code == 200 else []
+                ok = [record["text"] for record in records] == sending
             except httpx.HTTPError:
                 ok = False
             latencies.append(time.perf_counter() - start)
@@ -117,6 +124,9 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="a sentiment model dir")
     parser.add_argument("--requests", type=int, default=2000, help="requests per client count")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument(
+        "--texts-per-request", type=int, nargs="+", default=[1], help="each client count runs each of these"
+    )
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
@@ -139,16 +149,17 @@ def main() -> None:
         f"on {len(texts)} texts"
     )
     rows = []
-    for clients in args.clients:
+    for clients, per_request in itertools.product(args.clients, args.texts_per_request):
         counters = httpx.get(f"{url}/info", timeout=60).json()["counters"]
-        seconds, latencies, errors = asyncio.run(load(url, texts, args.requests, clients))
+        seconds, latencies, errors = asyncio.run(load(url, texts, args.requests, clients, per_request))
         after = httpx.get(f"{url}/info", timeout=60).json()["counters"]
         calls = after["batches"] - counters["batches"]
         rss = memory.memory_info().rss
         row = {
             "clients": clients,
+            "texts_per_request": per_request,
             "requests": args.requests,
-            "texts_per_s": round(args.requests / seconds, 1),
+            "texts_per_s": round(args.requests * per_request / seconds, 1),
             "p50_ms": round(1000 * percentile(latencies, 0.50), 1),
             "p95_ms": round(1000 * percentile(latencies, 0.95), 1),
             "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
@@ -163,11 +174,13 @@ def main() -> None:
     status = server.wait(timeout=120)
     library_after = library_throughput(args.model, texts, args.max_batch, args.repeats)
     print(f"library again, after the server stopped: {library_after:.0f} texts/s")
-    columns = ["clients", "requests", "texts/s", "vs library", "p50 ms", "p95 ms", "p99 ms", "errors"]
+    columns = ["clients", "texts a request", "requests", "texts/s", "vs library", "p50 ms", "p95 ms"]
+    columns += ["p99 ms", "errors"]
     table_header([*columns, "model calls", "texts per call", "server RSS MiB"])
     for row in rows:
         row["vs_library"] = round(row["texts_per_s"] / max(library, library_after), 3)
-        keys = ["clients", "requests", "texts_per_s", "vs_library", "p50_ms", "p95_ms", "p99_ms", "errors"]
+        keys = ["clients", "texts_per_request", "requests", "texts_per_s", "vs_library", "p50_ms", "p95_ms"]
+        keys += ["p99_ms", "errors"]
         table_row([row[key] for key in [*keys, "model_calls", "texts_per_call", "server_rss_mib"]])
     mib = 1 << 20
     print(
