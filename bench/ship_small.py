@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 SHARES = (0.25, 0.5)
 FP32 = {"mixed_precision": "no"}
+INT8 = {"mixed_precision": "no", "quantize": "int8"}
 
 
 @dataclass
@@ -159,15 +160,22 @@ class Build:
             rows.append(Row(key, f"{share:.0%} heads pruned", self.prune(key, teacher, share, False), FP32))
             name = f"{share:.0%} heads pruned + {steps} recovery updates"
             rows.append(Row(f"{key}r", name, self.prune(f"{key}r", teacher, share, True), FP32))
-        sources = [("kd3-onnx", "3 layers + ONNX int8", rows[3].directory)]
+        return rows + self.combinations(rows[3].directory)
+
+    def combinations(self, student: Path) -> list[Row]:
+        """The 3-layer student as it is and pruned 25% / 50% (with recovery), each in torch int8 and as an
+        ONNX int8 export: the rows the best combination is picked from."""
+        students = [("kd3", "3 layers", student)]
         for share in SHARES:
             key = f"kd3-pruned{share * 100:.0f}r"
-            name = f"3 layers, {share:.0%} heads pruned + recovery + ONNX int8"
-            sources.append((f"{key}-onnx", name, self.prune(key, rows[3].directory, share, True)))
-        for key, name, source in sources:
-            exported = self.export_int8(key, source)
+            name = f"3 layers, {share:.0%} heads pruned + recovery"
+            students.append((key, name, self.prune(key, student, share, True)))
+        rows = []
+        for key, name, source in students:
+            rows.append(Row(f"{key}-int8", f"{name} + int8 (torch dynamic)", source, INT8, candidate=True))
+            exported = self.export_int8(f"{key}-onnx", source)
             if exported is not None:
-                rows.append(Row(key, name, exported, {}, candidate=True))
+                rows.append(Row(f"{key}-onnx", f"{name} + ONNX int8", exported, {}, candidate=True))
         return rows
 
 
@@ -240,7 +248,7 @@ def pick_best(results: list[dict[str, Any]], budget: float) -> tuple[dict[str, A
     if within:
         best = max(within, key=lambda r: r["texts_per_s_1"])
         rule = (
-            f"the fastest on one core of the {len(within)} of {len(candidates)} ONNX int8 students whose "
+            f"the fastest on one core of the {len(within)} of {len(candidates)} int8 students whose "
             f"validation score is within {budget:g} points of the teacher's ({floor:.4f} or more)"
         )
         return best, rule
@@ -327,6 +335,8 @@ def show(task: str, metric: str, result: dict[str, Any]) -> None:
             ]
         )
     print(f"best combination: {best['row'] if best else '-'}, picked as {result['rule']}")
+    for name, why in result["refused_exports"].items():
+        print(f"- export refused, so no row: {name}: {why}")
     for target in result["targets"]:
         print(f"- {'met' if target['met'] else 'MISSED'}: {target['target']}: {target['measured']}")
 
@@ -338,18 +348,18 @@ def draw(payload: dict[str, Any], tasks: list[str], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(tasks), figsize=(7.5 * len(tasks), 6), squeeze=False)
-    for axis, task in zip(axes[0], tasks, strict=True):
+    figure, axes = plt.subplots(len(tasks), 1, figsize=(12, 5.5 * len(tasks)), squeeze=False)
+    for axis, task in zip(axes[:, 0], tasks, strict=True):
         result = payload[task]
-        for number, row in enumerate(result["rows"]):
+        for number, row in enumerate(result["rows"], start=1):
             best = result["best"] is not None and row["key"] == result["best"]["key"]
             marker = "*" if best else "s" if row["candidate"] else "o"
-            axis.scatter(row["speed_x_1"], row["test"], marker=marker, s=120 if best else 40, zorder=3)
-            label = f"{row['row']}{' (best)' if best else ''}"
-            offset = (6, 6 if number % 2 == 0 else -10)
-            axis.annotate(
-                label, (row["speed_x_1"], row["test"]), textcoords="offset points", xytext=offset, fontsize=7
-            )
+            label = f"{number}  {row['row']}{'  (best combination)' if best else ''}"
+            axis.scatter(row["speed_x_1"], row["test"], marker=marker, s=140 if best else 40, label=label)
+            # Numbers, not names, beside the points: rows of one speed (pruned, recovered) would overprint.
+            point = (row["speed_x_1"], row["test"])
+            axis.annotate(str(number), point, textcoords="offset points", xytext=(4, 4), fontsize=8)
+        axis.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
         axis.axhline(result["rows"][0]["test"], color="grey", linewidth=0.6, linestyle="--")
         axis.set_xlabel("texts/s on one core, x the fp32 teacher")
         axis.set_ylabel(f"{result['metric']} on the held-out split")
