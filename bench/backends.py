@@ -34,20 +34,15 @@ ROWS = {
 
 def child(model_dir: str, data: str, row: str, threads: int, score: bool, max_texts: int) -> dict[str, float]:
     """One row in this (fresh) process: score (when asked), then time prediction on the first texts."""
+    from common import on_threads, peak_rss_mib
+
     from bert_tasks.inference.evaluate import read_labelled_file
     from bert_tasks.inference.predictor import Predictor
 
     options = ROWS[row][1]
     start = time.perf_counter()
     predictor = Predictor(model_dir, batch_size=64, **options)
-    if predictor.model is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    else:
-        from bert_tasks.inference.onnx_backend import ONNX_FILE, OnnxBackend, open_session
-
-        predictor.backend = OnnxBackend(open_session(Path(model_dir) / ONNX_FILE, threads))
+    on_threads(predictor, model_dir, threads)
     load = time.perf_counter() - start
     raw = read_labelled_file(model_dir, data)
     accuracy = predictor.evaluate(raw)["accuracy"] if score else None
@@ -56,9 +51,7 @@ def child(model_dir: str, data: str, row: str, threads: int, score: bool, max_te
     start = time.perf_counter()
     predictor.predict(texts)
     seconds = time.perf_counter() - start
-    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's peak.
-    status = Path("/proc/self/status").read_text()
-    peak = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+    peak = peak_rss_mib()
     return {"load_s": load, "texts_per_s": len(texts) / seconds, "accuracy": accuracy, "peak_rss_mib": peak}
 
 
@@ -78,7 +71,7 @@ def main() -> None:
         print(json.dumps(child(args.model, args.data, row, int(threads), score == "1", args.max_texts)))
         return
 
-    from common import machine_line, median, table_header, table_row, write_json
+    from common import machine_line, median, table_header, table_row, weights_mb, write_json
 
     from bert_tasks.inference.onnx_export import export_onnx
 
@@ -100,12 +93,7 @@ def main() -> None:
                     done = subprocess.run(command, capture_output=True, text=True, check=True)
                     runs.setdefault((row, threads), []).append(json.loads(done.stdout.splitlines()[-1]))
             print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr, flush=True)
-        sizes = {
-            which: sum(
-                f.stat().st_size for f in path.iterdir() if f.name in ("model.safetensors", "model.onnx")
-            )
-            for which, path in dirs.items()
-        }
+        sizes = {which: weights_mb(path) for which, path in dirs.items()}
 
     print(f"command: `python {' '.join(sys.argv)}` | repeats {args.repeats} | {machine_line()}")
     table_header(
@@ -120,7 +108,7 @@ def main() -> None:
             "accuracy": two[0]["accuracy"],
             "texts_per_s_1": speed[0],
             "texts_per_s_2": speed[1],
-            "disk_mb": sizes[which] / 1e6,
+            "disk_mb": sizes[which],
             "peak_rss_mib": median([run["peak_rss_mib"] for run in two]),
             "load_s": median([run["load_s"] for run in two]),
         }

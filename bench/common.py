@@ -11,18 +11,28 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import datasets
-import torch
-import transformers
-from transformers import TrainingArguments
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from transformers import TrainingArguments
+
+    from bert_tasks.inference.predictor import Predictor
+
+# torch, transformers and datasets are imported by the functions that use them: a measuring child process
+# (backends.py, ship_small.py) imports this module for its light helpers, and its memory and start-up must
+# be those of what it measures (an ONNX row runs without torch).
 
 T = TypeVar("T")
+#: The score each task's rows are compared by.
+METRIC = {"sentiment": "accuracy", "ner": "f1"}
 
 
 def quiet() -> None:
     """Silence transformers' and datasets' per-load chatter, as bench/attention.py does."""
+    import datasets
+    import transformers
+
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
@@ -56,6 +66,9 @@ def cpu_name() -> str:
 
 def machine_line() -> str:
     """One line naming what the numbers depend on, printed above every table."""
+    import torch
+    import transformers
+
     bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return (
         f"{cpu_name()} | torch {torch.__version__} | transformers {transformers.__version__} | "
@@ -127,6 +140,9 @@ def training_args(output_dir: str | Path, **settings: Any) -> TrainingArguments:
 
     `settings` carries what the benchmark compares (epochs, batch size, lr, bf16, sampling, optimizer).
     """
+    import torch
+    from transformers import TrainingArguments
+
     return TrainingArguments(
         output_dir=str(output_dir),
         report_to="none",
@@ -137,4 +153,67 @@ def training_args(output_dir: str | Path, **settings: Any) -> TrainingArguments:
         seed=42,
         use_cpu=not torch.cuda.is_available(),  # transformers 5 refuses bf16 on CPU without it
         **settings,
+    )
+
+
+def slice_recipe(task: str, train_rows: int, epochs: int, eval_rows: int) -> tuple[str, list[str]]:
+    """The task's recipe and the overrides of a quick run on a slice of its data, as the Ship small benches
+    train every teacher and student: the first `train_rows` training rows for `epochs`, evaluation at each
+    epoch's end, no trackers or checkpoints. SST-2 picks its checkpoint on 10% of the slice
+    (`validation_split`) and scores all of dev; BC5CDR picks on the first `eval_rows` dev sentences and
+    scores the first `eval_rows` test sentences."""
+    common = [f"epochs={epochs}", "eval_every=0", "report_to=none", "save_every=0"]
+    if task == "sentiment":
+        # lr and batch as tests/test_end_to_end.py's slice: the recipe's 3e-5 and 32 are for 6,000 updates,
+        # and leave a teacher of a few dozen updates at chance.
+        rows = [f"max_train_samples={train_rows}", "validation_split=0.1", "lr=1e-4", "batch_size=16"]
+        return "recipes/sentiment_sst2.yaml", [*common, *rows]
+    rows = [f"max_train_samples={train_rows}", f"max_eval_samples={eval_rows}"]
+    return "recipes/ner_bc5cdr.yaml", [*common, *rows]
+
+
+def model_splits(model_dir: Path) -> dict[str, Dataset]:
+    """The splits a model dir's recipe.yaml reads (train, validation, test), as its run read them."""
+    from bert_tasks import load_recipe
+    from bert_tasks.data.splits import read_splits
+    from bert_tasks.model_dir import read_policy
+    from bert_tasks.tasks import task_class
+
+    policy = read_policy(model_dir)
+    cfg = load_recipe(model_dir / "recipe.yaml", [], policy.task)
+    return read_splits(task_class(policy.task)(**policy.task_options), cfg)
+
+
+def split_texts(raw: Dataset) -> list[str]:
+    """A split's texts as `predict` takes them: sentences, or NER's words joined by spaces."""
+    return list(raw["text"]) if "text" in raw.column_names else [" ".join(tokens) for tokens in raw["tokens"]]
+
+
+def on_threads(predictor: Predictor, model_dir: str | Path, threads: int) -> None:
+    """Run `predictor` on `threads` threads: torch's for a torch model, a new onnxruntime session with that
+    many intra-op threads for an ONNX export (its session fixes them when it opens)."""
+    if predictor.model is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+        return
+    from bert_tasks.inference.onnx_backend import ONNX_FILE, OnnxBackend, open_session
+
+    predictor.backend = OnnxBackend(open_session(Path(model_dir) / ONNX_FILE, threads))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM: runtime, libraries and model together), in MiB.
+
+    VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would report its parent's peak.
+    """
+    status = Path("/proc/self/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+
+
+def weights_mb(model_dir: Path) -> float:
+    """Size on disk of a model dir's weights file (model.safetensors, or model.onnx of an export), in MB."""
+    return (
+        sum(f.stat().st_size for f in model_dir.iterdir() if f.name in ("model.safetensors", "model.onnx"))
+        / 1e6
     )

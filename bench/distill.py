@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import machine_line, quiet, table_header, table_row, write_json
+from common import METRIC, machine_line, quiet, slice_recipe, table_header, table_row, write_json
 
 from bert_tasks import load_recipe, train
 from bert_tasks.inference.predictor import Predictor
@@ -40,19 +40,12 @@ ROWS: list[tuple[str, list[str] | None]] = [
     ("3 layers, KD + hidden", ["transfer=hidden"]),
     ("3 layers, KD + hidden + attention", ["transfer=hidden,attention"]),
 ]
-METRIC = {"sentiment": "accuracy", "ner": "f1"}
 
 
 def task_settings(task: str, args: argparse.Namespace) -> tuple[str, list[str]]:
     """The task's recipe and the slice overrides every row shares."""
-    common = [f"epochs={args.epochs}", "eval_every=0", "report_to=none", "save_every=0"]
-    if task == "sentiment":
-        # lr and batch as tests/test_end_to_end.py's slice: the recipe's 3e-5 and 32 are for 6,000 updates,
-        # and leave a teacher of a few dozen updates at chance.
-        rows = [f"max_train_samples={args.sst2_rows}", "validation_split=0.1", "lr=1e-4", "batch_size=16"]
-        return "recipes/sentiment_sst2.yaml", [*common, *rows]
-    rows = [f"max_train_samples={args.bc5cdr_rows}", f"max_eval_samples={args.eval_rows}"]
-    return "recipes/ner_bc5cdr.yaml", [*common, *rows]
+    rows = args.sst2_rows if task == "sentiment" else args.bc5cdr_rows
+    return slice_recipe(task, rows, args.epochs, args.eval_rows)
 
 
 def score_texts(task: str, cfg: Any, limit: int) -> list[str]:

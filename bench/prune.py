@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import machine_line, quiet, table_header, table_row, timed, write_json
+from common import machine_line, model_splits, quiet, split_texts, table_header, table_row, timed, write_json
 
 from bert_tasks import load_recipe, train
 from bert_tasks.inference.predictor import Predictor
@@ -81,15 +81,7 @@ def bc5cdr_model(root: Path, rows: int, eval_rows: int) -> Path:
 
 def test_texts(model_dir: Path) -> list[str]:
     """The test split's texts as the model's recipe reads them (SST-2 dev, the BC5CDR test slice)."""
-    from bert_tasks.data.splits import read_splits
-    from bert_tasks.model_dir import read_policy
-    from bert_tasks.tasks import task_class
-
-    policy = read_policy(model_dir)
-    cfg = load_recipe(model_dir / "recipe.yaml", [], policy.task)
-    task = task_class(policy.task)(**policy.task_options)
-    raw = read_splits(task, cfg)["test"]
-    return list(raw["text"]) if "text" in raw.column_names else [" ".join(tokens) for tokens in raw["tokens"]]
+    return split_texts(model_splits(model_dir)["test"])
 
 
 def record_heads(model_dir: Path) -> int:

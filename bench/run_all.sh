@@ -24,3 +24,4 @@ run precision python bench/precision.py --sentiment-model runs/sentiment_sst2 --
 run finetune_ner_ncbi_disease python bench/finetune_ner.py --corpus ncbi_disease
 run finetune_ner_conll2003 python bench/finetune_ner.py --corpus conll2003
 run prune python bench/prune.py
+run ship_small python bench/ship_small.py --png bench/figures/ship_small.png

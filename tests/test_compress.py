@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bert_tasks.cli import main
-from bert_tasks.compress import CompressPlan, _report
+from bert_tasks.compress import CompressPlan, _report, render_report
 from bert_tasks.config import load_recipe
 from bert_tasks.inference.predictor import Predictor
 from tests.test_cli_startup import probe
@@ -62,6 +62,24 @@ def test_max_loss_deploys_the_last_step_within_it(max_loss: float | None, deploy
     report = _report(_plan(max_loss), rows)
     assert report["deploy"] == deploy
     assert [row["points_lost"] for row in report["steps"]] == [0.0, 0.5, 3.0, 0.8]
+
+
+def test_an_int8_export_its_parity_check_refused_is_listed_and_never_deployed() -> None:
+    rows = [
+        {
+            "step": "teacher",
+            "dir": "t",
+            "metric": "accuracy",
+            "validation": 0.9,
+            "weights_bytes": 9,
+            "seconds": 0,
+        },
+        {"step": "distilled", "dir": "d", "validation": 0.895, "weights_bytes": 5, "seconds": 1},
+        {"step": "onnx-int8", "dir": None, "refused": "o/model.onnx: 98.00% keep their label"},
+    ]
+    report = _report(_plan(None), rows)
+    assert report["deploy"] == "d"
+    assert "| onnx-int8 | refused: o/model.onnx: 98.00% keep their label |" in render_report(report)
 
 
 def test_every_mistake_is_one_line_before_torch(sentiment_run: Path, tmp_path: Path) -> None:

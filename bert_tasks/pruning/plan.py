@@ -28,6 +28,7 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import BACKENDS, ModelPolicy, local_model_dir, read_policy
 from bert_tasks.pruning.heads import ModelShape, head_items, read_shape
 from bert_tasks.tasks import task_class
+from bert_tasks.training.distill import check_whole_heads, transfer_kinds
 
 #: Share of the model's heads removed per step when `steps=` is not given: Michel et al. 2019 prune
 #: iteratively by 10% of the heads at a time, scoring the heads again after each step.
@@ -133,6 +134,8 @@ def plan_pruning(
     recover_steps = _whole(prune_values, "recover_steps", 0, 0)
     _check_keys(config_overrides, task_class(policy.task).options, recover_steps)
     cfg = _data_config(directory, policy.task, config_overrides, recover_steps)
+    if recover_steps and cfg.teacher is not None:  # a distilled source recovers with its teacher
+        check_whole_heads(transfer_kinds(cfg.transfer), ["the recovery's student (pruned here)"])
     if steps is None:
         steps = math.ceil(remove / math.ceil(STEP_SHARE * shape.present))
     if steps > remove:
@@ -150,9 +153,14 @@ def recovery_config(plan: PrunePlan, removed: dict[int, list[int]]) -> Config:
     `recover_steps` updates, scored before the first (step 0, so the pruned model itself is a candidate
     for the best) and `RECOVERY_EVALUATIONS` times after; its recipe.yaml reruns it.
 
-    The lr, warmup and evaluation interval are recovery's defaults unless given on the command line.
+    The lr, warmup and evaluation interval are recovery's defaults unless given on the command line. A
+    distilled source (its recipe names a `teacher`) recovers as it was trained, on the teacher's soft
+    targets, with the source whole as the student's start: a distill run's `model` is its `student`, or
+    else the teacher, which would otherwise be cut again and recover in the source's place.
     """
     steps = plan.recover_steps
+    source = os.path.abspath(plan.model_dir)
+    student = {"student": source, "student_layers": None} if plan.cfg.teacher is not None else {}
     defaults = {
         "lr": plan.cfg.lr * RECOVERY_LR_SHARE,
         "warmup_ratio": RECOVERY_WARMUP,
@@ -161,7 +169,8 @@ def recovery_config(plan: PrunePlan, removed: dict[int, list[int]]) -> Config:
     return dataclasses.replace(
         plan.cfg,
         **{key: value for key, value in defaults.items() if key not in plan.given},
-        model=os.path.abspath(plan.model_dir),
+        **student,
+        model=source,
         prune_heads=head_items(removed),
         eval_at_start=True,
         output_dir=str(plan.out_dir),

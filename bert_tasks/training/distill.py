@@ -165,6 +165,11 @@ def plan_distillation(cfg: Config, task: Task, raw: dict[str, Dataset]) -> Disti
         check_same_vocabulary(teacher, start, f"student {cfg.student}")
     start_shape = shape if cfg.student is None else Shape.read(start) if start is not None else None
     student = None if start_shape is None else student_layers(cfg, shape, start_shape)
+    pruned = [f"the student (prune_heads={','.join(cfg.prune_heads)})"] if cfg.prune_heads else []
+    for what, directory in (("teacher", teacher), (f"student {cfg.student}", start)):
+        if directory is not None and _has_pruned_heads(directory):
+            pruned.append(f"{what} (its config.json's pruned_heads)")
+    check_whole_heads(transfer_kinds(cfg.transfer), pruned)
     records = _transfer_records(cfg, task)
     return DistillPlan(
         teacher, labels, shape, student, transfer_kinds(cfg.transfer), records, _metrics(teacher)
@@ -229,6 +234,28 @@ def student_layer_indices(
 def transfer_kinds(transfer: str) -> tuple[str, ...]:
     """`hidden,attention` -> ("hidden", "attention"); `none` -> ()."""
     return () if transfer == "none" else tuple(name.strip() for name in transfer.split(","))
+
+
+def check_whole_heads(transfer: tuple[str, ...], pruned: list[str]) -> None:
+    """Refuse attention transfer with a model whose heads are pruned (each of `pruned` names one).
+
+    The transfer pairs each student head with the teacher's head of the same number, layer by layer; a
+    layer with heads removed has fewer of them, and no pairing that means anything.
+    """
+    if "attention" in transfer and pruned:
+        raise BertTasksError(
+            f"transfer=attention: {' and '.join(pruned)} lost heads to pruning; attention transfers "
+            "between whole, equal sets of heads only: give transfer=hidden or transfer=none"
+        )
+
+
+def _has_pruned_heads(model_dir: Path) -> bool:
+    """Whether a model dir's config.json names heads `bert-tasks prune` removed (unreadable: no)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("pruned_heads"))
 
 
 def transfer_layer_map(cfg: Config, transfer: tuple[str, ...], teacher: Shape, student: Shape) -> list[int]:

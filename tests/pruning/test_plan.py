@@ -82,6 +82,23 @@ def test_recovery_runs_at_a_fifth_of_the_recipes_lr_and_evaluates_before_and_fou
     assert (cfg.lr, cfg.warmup_ratio, cfg.eval_every) == (1e-3, 0.0, 5), "what the command line gives wins"
 
 
+def test_a_distilled_source_recovers_from_itself_on_its_teacher(sentiment_run: Path) -> None:
+    """A recipe naming a teacher is a distill run, whose `model` is its `student` or else the teacher: the
+    recovery names the source as its student, whole, or the teacher would be cut again in its place."""
+    given = ["recover_steps=4", f"teacher={sentiment_run}", "student_layers=1"]
+    cfg = recovery_config(plan_pruning("sentiment", sentiment_run, "3", "out", given), {0: [1]})
+    source = os.path.abspath(sentiment_run)
+    assert (cfg.teacher, cfg.student, cfg.student_layers) == (str(sentiment_run), source, None)
+    assert (cfg.model, cfg.prune_heads) == (source, ["0:1"])
+    assert recovery_config(plan_pruning("sentiment", sentiment_run, "3", "out", []), {0: [1]}).student is None
+    with pytest.raises(
+        BertTasksError,
+        match=r"^transfer=attention: the recovery's student \(pruned here\) lost heads to pruning; attention "
+        "transfers between whole, equal sets of heads only: give transfer=hidden or transfer=none$",
+    ):
+        plan_pruning("sentiment", sentiment_run, "3", "out", [*given, "transfer=hidden,attention"])
+
+
 def test_dirs_prune_does_not_take(
     sentiment_run: Path, ner_run: Path, tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -18,8 +18,9 @@ from bert_tasks.cli import main
 from bert_tasks.config import load_recipe
 from bert_tasks.pruning import prune
 from bert_tasks.pruning.heads import head_items
+from bert_tasks.training import train
 from bert_tasks.training.output_dir import MANIFEST
-from tests.helpers import read_log
+from tests.helpers import build_tiny_model, distill_config, read_log, tiny_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -102,3 +103,23 @@ def test_a_dir_pruned_without_recovery_lists_every_file_it_holds(
     assert main([*argv, "report_to=none", "mixed_precision=no"]) == 0
     assert not (copy / "pruning.json").exists()
     assert "pruned_heads" not in json.loads((copy / "config.json").read_text())
+
+
+def test_a_distilled_student_recovers_from_its_own_weights(tmp_path: Path) -> None:
+    """A student distilled at a high lr (its weights far from the teacher's layers), then recovering at a
+    tiny one: the recovered weights are the pruned student's, not the teacher cut again and pruned."""
+    base = build_tiny_model(tmp_path / "base", num_hidden_layers=4)
+    teacher = train(tiny_config("sentiment", base, tmp_path / "teacher"))
+    student = train(distill_config("sentiment", teacher, tmp_path / "student", student_layers=2, lr=0.01))
+    plain = prune("sentiment", student, "2", tmp_path / "plain")
+    out = prune("sentiment", student, "2", tmp_path / "recovered", ["recover_steps=2", "lr=1e-9"])
+    assert record_of(out)["pruned_heads"] == record_of(plain)["pruned_heads"]
+    want, found = load_file(plain / "model.safetensors"), load_file(out / "model.safetensors")
+    assert found.keys() == want.keys()
+    for key in want:
+        torch.testing.assert_close(found[key], want[key], atol=1e-6, rtol=0, msg=key)
+    cut = load_file(teacher / "model.safetensors")["bert.encoder.layer.2.output.dense.weight"]
+    moved = (want["bert.encoder.layer.1.output.dense.weight"] - cut).abs().max()
+    assert moved > 1e-3, "the student is far from its teacher's layer, so the check above can fail"
+    recipe = load_recipe(out / "recipe.yaml")
+    assert (recipe.teacher, recipe.student) == (str(teacher), os.path.abspath(student)), "on its teacher"

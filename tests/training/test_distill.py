@@ -354,6 +354,11 @@ def _refusals(teachers: dict[str, Path], tmp: Path) -> list[tuple[list[str], str
         ),
         ([*distill, "transfer=attention", "transfer_layers=[1]"], "transfer_layers=[1]: give one teacher", 1),
         ([*distill, f"transfer_file={empty}"], "empty.txt: the file is empty; give a file", 1),
+        (
+            [*distill, "transfer=attention", "prune_heads=[0:1]"],
+            "transfer=attention: the student (prune_heads=0:1) lost heads to pruning; attention",
+            1,
+        ),
     ]
 
 
