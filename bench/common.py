@@ -135,10 +135,11 @@ def read_conll(path: str | Path, limit: int | None = None) -> tuple[list[list[st
     return words[:limit], tags[:limit]
 
 
-def training_args(output_dir: str | Path, **settings: Any) -> TrainingArguments:
+def training_args(output_dir: str | Path, seed: int = 42, **settings: Any) -> TrainingArguments:
     """TrainingArguments with everything not being measured switched off: no saving, logging or reports.
 
-    `settings` carries what the benchmark compares (epochs, batch size, lr, bf16, sampling, optimizer).
+    `settings` carries what the benchmark compares (epochs, batch size, lr, bf16, sampling, optimizer);
+    `seed` seeds the data order and dropout.
     """
     import torch
     from transformers import TrainingArguments
@@ -150,7 +151,7 @@ def training_args(output_dir: str | Path, **settings: Any) -> TrainingArguments:
         logging_strategy="no",
         eval_strategy="no",
         dataloader_num_workers=0,
-        seed=42,
+        seed=seed,
         use_cpu=not torch.cuda.is_available(),  # transformers 5 refuses bf16 on CPU without it
         **settings,
     )

@@ -122,76 +122,98 @@ def baseline_settings(cfg: Config, tuned: bool) -> dict[str, Any]:
     }
 
 
+def trainer_tags(
+    cfg: Config,
+    settings: dict[str, Any],
+    epochs: float,
+    rows: tuple[int | None, int | None],
+    tmp: Path,
+    seed: int = 42,
+) -> dict[str, Any]:
+    """A plain Trainer from the CoNLL files to word-level test tags, so a caller can score them its own way.
+
+    `rows`: the first N train and test sentences (None: all). Returns the test `words`, `gold` and
+    `predicted` tags per sentence with the run's counts (sentences, truncated words) and its train ex/s.
+    """
+    model_dir = resolve_model_path(cfg.model)
+    train_words, train_tags = read_conll(cfg.train_file, rows[0])
+    test_words, test_tags = read_conll(cfg.test_file, rows[1])
+    labels = sorted({tag for row in train_tags for tag in row})
+    label2id = {label: i for i, label in enumerate(labels)}
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    def encode(words: list[list[str]]) -> tuple[dict[str, list], list[list[int | None]]]:
+        encoded = tokenizer(
+            words, is_split_into_words=True, truncation=True, max_length=settings["max_length"]
+        )
+        return dict(encoded), [encoded.word_ids(i) for i in range(len(words))]
+
+    train_columns, train_word_ids = encode(train_words)
+    train_columns["labels"] = [
+        first_subtoken_labels(ids, [label2id[tag] for tag in tags])
+        for ids, tags in zip(train_word_ids, train_tags, strict=True)
+    ]
+    test_columns, test_word_ids = encode(test_words)
+    set_seed(seed)  # the new classifier head's initialisation
+    model = AutoModelForTokenClassification.from_pretrained(
+        model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label2id
+    )
+    trainer = Trainer(
+        model=model,
+        args=training_args(
+            tmp / "baseline",
+            seed=seed,
+            num_train_epochs=epochs,
+            per_device_train_batch_size=settings["batch_size"],
+            per_device_eval_batch_size=cfg.eval_batch_size,
+            learning_rate=settings["lr"],
+            bf16=True,
+            **settings["trainer"],
+        ),
+        train_dataset=Dataset.from_dict(train_columns),
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+    )
+    train_rate = trainer.train().metrics["train_samples_per_second"]
+    # transformers 5 length-groups the evaluation batches too under group_by_length, which would put
+    # the predictions out of dataset order: predict with a Trainer in sequential order.
+    predictor = Trainer(
+        model=trainer.model,
+        args=training_args(tmp / "predict", per_device_eval_batch_size=cfg.eval_batch_size, bf16=True),
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+    )
+    logits = predictor.predict(Dataset.from_dict(test_columns)).predictions  # [N, T, C], padded
+    token_ids = logits.argmax(axis=-1)  # [N, T]
+    predicted = [
+        word_tags(token_ids[i], test_word_ids[i], len(words), labels) for i, words in enumerate(test_words)
+    ]
+    unseen = sum(
+        len(words) - len({w for w in ids if w is not None})
+        for words, ids in zip(test_words, test_word_ids, strict=True)
+    )
+    return {
+        "words": test_words,
+        "gold": test_tags,
+        "predicted": predicted,
+        "train_sentences": len(train_words),
+        "test_sentences": len(test_words),
+        "test_words": sum(len(words) for words in test_words),
+        "words_truncated_as_O": unseen,
+        "epochs": epochs,
+        "train_examples_per_s": train_rate,
+    }
+
+
 def run_baseline(cfg: Config, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """The Trainer baseline from the CoNLL files to word-level test scores."""
-    model_dir = resolve_model_path(cfg.model)
     settings = baseline_settings(cfg, args.baseline == "tuned")
     epochs = args.epochs or settings["epochs"]
 
     def run() -> dict[str, Any]:
-        train_words, train_tags = read_conll(cfg.train_file, args.max_train_samples)
-        test_words, test_tags = read_conll(cfg.test_file, args.max_eval_samples)
-        labels = sorted({tag for row in train_tags for tag in row})
-        label2id = {label: i for i, label in enumerate(labels)}
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-
-        def encode(words: list[list[str]]) -> tuple[dict[str, list], list[list[int | None]]]:
-            encoded = tokenizer(
-                words, is_split_into_words=True, truncation=True, max_length=settings["max_length"]
-            )
-            return dict(encoded), [encoded.word_ids(i) for i in range(len(words))]
-
-        train_columns, train_word_ids = encode(train_words)
-        train_columns["labels"] = [
-            first_subtoken_labels(ids, [label2id[tag] for tag in tags])
-            for ids, tags in zip(train_word_ids, train_tags, strict=True)
-        ]
-        test_columns, test_word_ids = encode(test_words)
-        set_seed(42)  # the new classifier head's initialisation
-        model = AutoModelForTokenClassification.from_pretrained(
-            model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label2id
-        )
-        trainer = Trainer(
-            model=model,
-            args=training_args(
-                tmp / "baseline",
-                num_train_epochs=epochs,
-                per_device_train_batch_size=settings["batch_size"],
-                per_device_eval_batch_size=cfg.eval_batch_size,
-                learning_rate=settings["lr"],
-                bf16=True,
-                **settings["trainer"],
-            ),
-            train_dataset=Dataset.from_dict(train_columns),
-            data_collator=DataCollatorForTokenClassification(tokenizer),
-        )
-        train_rate = trainer.train().metrics["train_samples_per_second"]
-        # transformers 5 length-groups the evaluation batches too under group_by_length, which would put
-        # the predictions out of dataset order: predict with a Trainer in sequential order.
-        predictor = Trainer(
-            model=trainer.model,
-            args=training_args(tmp / "predict", per_device_eval_batch_size=cfg.eval_batch_size, bf16=True),
-            data_collator=DataCollatorForTokenClassification(tokenizer),
-        )
-        logits = predictor.predict(Dataset.from_dict(test_columns)).predictions  # [N, T, C], padded
-        token_ids = logits.argmax(axis=-1)  # [N, T]
-        predicted = [
-            word_tags(token_ids[i], test_word_ids[i], len(words), labels)
-            for i, words in enumerate(test_words)
-        ]
-        unseen = sum(
-            len(words) - len({w for w in ids if w is not None})
-            for words, ids in zip(test_words, test_word_ids, strict=True)
-        )
-        return {
-            **seqeval_scores(test_tags, predicted),
-            "train_sentences": len(train_words),
-            "test_sentences": len(test_words),
-            "test_words": sum(len(words) for words in test_words),
-            "words_truncated_as_O": unseen,
-            "epochs": epochs,
-            "train_examples_per_s": train_rate,
-        }
+        rows = (args.max_train_samples, args.max_eval_samples)
+        tagged = trainer_tags(cfg, settings, epochs, rows, tmp)
+        scores = seqeval_scores(tagged.pop("gold"), tagged.pop("predicted"))
+        del tagged["words"]
+        return {**scores, **tagged}
 
     scores, seconds = timed(run)
     return {**scores, "wall_s": round(seconds, 1)}
