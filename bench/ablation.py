@@ -24,9 +24,11 @@ argmax) from one pass over the test set, so the decoding row compares the very s
 would compute what all-on computes (its key already at the Trainer's value, or no sentence longer than
 max_length for truncation) is not run: the notes under the table say why. Rows are run seed by seed and
 each run is appended to --json as it ends, so an interrupted run is usable (and --resume continues it).
-Run from the repo root:
+"wall s" is a run from the files to the test tags: the Trainer's includes its prediction, bert-tasks'
+its scoring pass (`train_s` and `score_s` apart in the JSON). Run from the repo root:
 
     python bench/ablation.py --corpus bc5cdr --json bench/results/ablation_bc5cdr.json
+    python bench/ablation.py --recipe my_ner.yaml --json ablation_mine.json    # a corpus of one's own
     python bench/ablation.py --corpus bc5cdr --train-rows 200 --seeds 42 --epochs 1      # a smoke
 """
 
@@ -262,12 +264,13 @@ def run_bert_tasks(cfg: Config, lever: Lever, test_rows: int | None, test_file: 
         raw, policy = read_labelled_file(out, test_file, cap)
         predictor = Predictor(out, mixed_precision=cfg.mixed_precision, progress=False)
         encoded, logits = predictor.window_logits(raw)
-    result: dict[str, Any] = {"wall_s": round(seconds, 1)}
+    result: dict[str, Any] = {"train_s": round(seconds, 1)}
     for decoding in DECODINGS:
         options = {**policy.task_options, "viterbi": decoding == "viterbi"}
         task = dataclasses.replace(policy, task_options=options).make_task()
         result[decoding] = word_scores(task.metrics(raw, encoded, logits, predictor.id2label))
     result["score_s"] = round(time.perf_counter() - started, 1)
+    result["wall_s"] = round(seconds + result["score_s"], 1)  # as the Trainer's: files to test tags
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     result["train_examples_per_s"] = next(r["examples_per_s"] for r in log if "examples_per_s" in r)
     return result
@@ -323,6 +326,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--corpus", choices=CORPORA, default="bc5cdr")
+    parser.add_argument(
+        "--recipe", type=Path, help="an NER recipe naming train_file and test_file (default: the corpus')"
+    )
     parser.add_argument("--train-rows", type=int, default=2000, help="first N training sentences")
     parser.add_argument("--test-rows", type=int, help="first N test sentences (default: all)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
@@ -334,7 +340,8 @@ def main() -> None:
     quiet()
     logging.getLogger("bert_tasks").setLevel(logging.WARNING)  # no INFO lines, no progress bar per run
 
-    recipe = Path(f"recipes/ner_{args.corpus}.yaml")
+    recipe = args.recipe or Path(f"recipes/ner_{args.corpus}.yaml")
+    corpus = recipe.stem if args.recipe else args.corpus
     matched = [f"{key}={value:g}" for key, value in {**MATCHED, "epochs": args.epochs}.items()]
     base = [*matched, f"max_train_samples={args.train_rows}", "validation_file=none"]
     base += ["report_to=none", "logging_steps=1000000000", "overwrite=true"]
@@ -344,7 +351,7 @@ def main() -> None:
     runs = [key for key in runs if args.runs is None or key in args.runs]
     records = json.loads(args.json.read_text()) if args.resume and args.json and args.json.exists() else []
     done = {(r["run"], r["seed"]) for r in records}
-    print(f"ablation {args.corpus}: {recipe} {' '.join(base)} | {machine_line()}", flush=True)
+    print(f"ablation {corpus}: {recipe} {' '.join(base)} | {machine_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:  # seed by seed: a partial run has every row at the first seeds
             for key in [key for key in runs if (key, seed) not in done]:
@@ -363,7 +370,7 @@ def main() -> None:
                     result = run_bert_tasks(
                         load_recipe(recipe, settings), lever, args.test_rows, cfg.test_file
                     )
-                records.append({"corpus": args.corpus, "run": key, "seed": seed, **result})
+                records.append({"corpus": corpus, "run": key, "seed": seed, **result})
                 write_json(args.json, records)
                 decoding = "argmax" if key == "trainer" else "viterbi"
                 print(
