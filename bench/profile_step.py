@@ -2,9 +2,11 @@
 
 Batches of the first `--rows` SST-2 train sentences, sorted by length and cut into batches of 32 (what
 length grouping gives the runner), or `--shape 32x128` random full batches, through the default model
-under bf16 autocast with the runner's update: forward, backward, gradient clipping, fused AdamW. One
-untimed pass warms up; then the mean step time, and torch.profiler's self time per op over a second pass,
-grouped into GEMMs, the optimizer, zero fills, dtype casts and the rest.
+under bf16 autocast with the runner's update: forward, backward, the runner's gradient clipping and
+word-embedding gradient (`--embedding-grad`, training/gradients.py), fused AdamW. One untimed pass warms
+up; then the median of `--repeats` timed passes, and torch.profiler's self time per op over one more
+pass, grouped into GEMMs, the optimizer, zero fills, dtype casts and the rest. `--compare` times torch's
+own update (dense embedding gradient, `clip_grad_norm_`) in passes interleaved with the runner's.
 
 The floor is what the step cannot go below at equal arithmetic on this machine: every GEMM the profiled
 pass ran, re-timed alone at its shapes in bf16 (the median of repeats), plus one fused AdamW pass over
@@ -13,6 +15,7 @@ Run from the repo root:
 
     python bench/profile_step.py                       # SST-2 batches, both cores, ~1 min
     python bench/profile_step.py --shape 32x128        # full 32 x 128 batches
+    python bench/profile_step.py --compare             # the runner's update against torch's, same run
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from transformers import AutoTokenizer
 from bert_tasks.modeling.load import bundled_model_dir, load_model
 from bert_tasks.modeling.patch import set_attention_dropout
 from bert_tasks.runtime import reuse_freed_memory
+from bert_tasks.training.gradients import GradientBook
 
 #: Self time of these ops, summed per group; everything else is "other".
 GROUPS = {
@@ -118,6 +122,9 @@ def main() -> None:
     parser.add_argument("--attention-dropout", type=float, default=0.0, help="the SST-2 recipe's 0")
     parser.add_argument("--shape", help="random full batches, e.g. 32x128, instead of SST-2 sentences")
     parser.add_argument("--top", type=int, default=15, help="ops listed by self time")
+    parser.add_argument("--repeats", type=int, default=5, help="timed passes over the batches; the median")
+    parser.add_argument("--embedding-grad", choices=("touched_rows", "dense"), default="touched_rows")
+    parser.add_argument("--compare", action="store_true", help="also time torch's update, interleaved")
     args = parser.parse_args()
     quiet()
     reuse_freed_memory()
@@ -129,8 +136,20 @@ def main() -> None:
     model = load_model("all-MiniLM-L6-v2", "sentiment", ["negative", "positive"]).train()
     set_attention_dropout(model, args.attention_dropout)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)
+    book = GradientBook(model, touched_rows=args.embedding_grad == "touched_rows")
 
     def step(batch: Batch) -> None:
+        input_ids, attention_mask, labels = batch
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        book.clip(1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        book.cleared()
+
+    def torch_step(batch: Batch) -> None:
+        """torch's update: the dense embedding gradient autograd makes, clip_grad_norm_."""
         input_ids, attention_mask, labels = batch
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
@@ -139,12 +158,22 @@ def main() -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    for batch in batches:  # warm-up
-        step(batch)
-    start = time.perf_counter()
-    for batch in batches:
-        step(batch)
-    step_ms = (time.perf_counter() - start) / len(batches) * 1000
+    def pass_ms(one_step: Callable[[Batch], None]) -> float:
+        start = time.perf_counter()
+        for batch in batches:
+            one_step(batch)
+        return (time.perf_counter() - start) / len(batches) * 1000
+
+    pass_ms(step)  # warm-up
+    runner_passes: list[float] = []
+    torch_passes: list[float] = []
+    for _ in range(args.repeats):
+        runner_passes.append(pass_ms(step))
+        if args.compare:
+            book.release()  # the plain embedding, so autograd makes torch's dense gradient
+            torch_passes.append(pass_ms(torch_step))
+            book = GradientBook(model, touched_rows=args.embedding_grad == "touched_rows")
+    step_ms = statistics.median(runner_passes)
     with profile(record_shapes=True) as profiler:
         for batch in batches:
             step(batch)
@@ -159,7 +188,15 @@ def main() -> None:
     tokens = sum(int(mask.sum()) for _, mask, _ in batches) / len(batches)
     print(machine_line())
     size = len(batches[0][0])
-    print(f"{len(batches)} batches of {size}, {tokens:.0f} real tokens on average: {step_ms:.0f} ms a step")
+    print(
+        f"{len(batches)} batches of {size}, {tokens:.0f} real tokens on average: {step_ms:.0f} ms a step"
+        f" (median of {args.repeats} passes; word-embedding gradient {book.describe})"
+    )
+    if torch_passes:
+        torch_ms = statistics.median(torch_passes)
+        print(
+            f"torch's update, interleaved: {torch_ms:.0f} ms a step; runner / torch {step_ms / torch_ms:.3f}"
+        )
     floor_ms = gemms_ms + adamw_ms
     print(
         f"floor: GEMMs alone {gemms_ms:.0f} ms + one fused AdamW pass {adamw_ms:.0f} ms = {floor_ms:.0f} ms;"

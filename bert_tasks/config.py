@@ -36,6 +36,7 @@ MIXED_PRECISION = ("auto", "bf16", "fp16", "no")
 #: Which keys each token's attention may read: every one (BERT), those at or before it (causal, as a
 #: left-to-right language model), or those at or after it (right_to_left, the mirror). The first: default.
 ATTENTION_DIRECTIONS = ("bidirectional", "causal", "right_to_left")
+EMBEDDING_GRADIENTS = ("touched_rows", "dense")
 #: The experiment trackers `report_to` may name (through Accelerate; bert_tasks/training/trackers.py).
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 #: What `report_to` takes alone: tensorboard when installed, every installed tracker, none.
@@ -176,6 +177,11 @@ class Config:
     weight_decay: float = _key(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
     grad_accum: int = _key(1, "micro-batches accumulated per optimizer update")
     max_grad_norm: float = _key(1.0, "gradient clipping norm (0 = no clipping)")
+    embedding_grad: str = _key(
+        EMBEDDING_GRADIENTS[0],
+        "word-embedding gradient on one process: touched_rows (written, clipped and cleared only at the rows "
+        "a batch looks up; the same AdamW update) or dense (torch's)",
+    )
     mixed_precision: str = _key(
         "auto", "auto (bf16 where the CPU/GPU runs it natively, else no), bf16, fp16 or no"
     )
@@ -699,6 +705,11 @@ def _validate(cfg: Config) -> None:
         ),
         ("weight_decay", cfg.weight_decay >= 0, "must be >= 0"),
         ("max_grad_norm", cfg.max_grad_norm >= 0, "must be >= 0 (0 = no clipping)"),
+        (
+            "embedding_grad",
+            cfg.embedding_grad in EMBEDDING_GRADIENTS,
+            f"must be one of {', '.join(EMBEDDING_GRADIENTS)}",
+        ),
         ("logging_steps", *_within(cfg.logging_steps, 1, MAX_COUNT)),
         (
             "attention_dropout",

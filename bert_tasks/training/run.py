@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
-from accelerate.utils import ProjectConfiguration, set_seed
+from accelerate.utils import DistributedType, ProjectConfiguration, set_seed
 from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
@@ -64,6 +64,7 @@ from bert_tasks.training.checkpoints import (
     written_whole,
 )
 from bert_tasks.training.class_weights import resolve_class_weights
+from bert_tasks.training.gradients import GradientBook
 from bert_tasks.training.objectives import TaskLoss
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.stopping import StopSignals, TrainingInterrupted
@@ -150,6 +151,7 @@ class Run:
         self.state = RunState()
         self.stopped = False
         self.grad_norm: torch.Tensor | None = None
+        self.gradients: GradientBook | None = None
 
     @classmethod
     def setup(
@@ -294,6 +296,11 @@ class Run:
         self.model, self.optimizer, self.train_batches = accelerator.prepare(
             self.model, _adamw(self.model, cfg), batches
         )
+        # One process only: DDP, FSDP and DeepSpeed reduce and clip gradients their own way (gradients.py).
+        single = accelerator.distributed_type == DistributedType.NO
+        self.gradients = (
+            GradientBook(self.model, touched_rows=cfg.embedding_grad == "touched_rows") if single else None
+        )
         self.eval_batches = None
         if "validation" in self.encoded:
             self.eval_batches = accelerator.prepare(
@@ -377,7 +384,11 @@ class Run:
             f"{torch.get_num_threads()} CPU thread(s), OpenMP waits {_omp_waits()} | "
             f"output {self.output_dir} | trackers {', '.join(self.trackers) or 'none'}"
         )
-        logger.info(f"attention: {attention_path(accelerator.unwrap_model(self.model))}")
+        gradient = self.gradients.describe if self.gradients is not None else "dense"
+        logger.info(
+            f"attention: {attention_path(accelerator.unwrap_model(self.model))} | "
+            f"word-embedding gradient: {gradient}"
+        )
         if self.class_weights is not None:
             logger.info(self.class_weights.describe())
 
@@ -420,11 +431,21 @@ class Run:
             loss = self.loss(self.model, batch)
             accelerator.backward(loss)
             if accelerator.sync_gradients:
-                self.grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+                self.grad_norm = self._clipped_norm()
             self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
+            if accelerator.sync_gradients and self.gradients is not None:
+                self.gradients.cleared()
         self.window.add(loss, len(batch["row"]) * accelerator.num_processes)
+
+    def _clipped_norm(self) -> torch.Tensor | None:
+        """The gradients' norm before clipping (0 = measured, never clipped: an infinite bound)."""
+        max_norm = self.cfg.max_grad_norm
+        if self.gradients is None:
+            return self.accelerator.clip_grad_norm_(self.model.parameters(), max_norm or math.inf)
+        self.accelerator.unscale_gradients()  # fp16's loss scale, as Accelerate's clipping does first
+        return self.gradients.clip(max_norm)
 
     def _after_update(self) -> None:
         """Log, evaluate, checkpoint or stop, as this update is due; a NaN never reaches best/."""
@@ -635,6 +656,8 @@ class Run:
         had exited, gloo's destructor could wait forever for that peer (seen under load in
         tests/test_distributed.py). Freed first, with a barrier behind it, nothing waits on a process gone.
         """
+        if self.gradients is not None:
+            self.gradients.release()
         self.model = self.optimizer = self.scheduler = self.train_batches = self.eval_batches = None
         self.accelerator.free_memory()
         self.accelerator.wait_for_everyone()
