@@ -1,7 +1,8 @@
 """Benchmark: the CPU training levers of the performance issue, each measured alone, one run.
 
   dropout    torch's `F.dropout` against bert-tasks' `fast_dropout` (forward + backward) on the shapes a
-             BERT layer drops: hidden states [B, T, 384] and attention probabilities [B, 12, T, T]
+             BERT layer drops: hidden states [B, T, 384] and attention probabilities [B, 12, T, T]; and
+             the same draws with the mask multiplied in (`mask_by_mul`, what FastDropout did in bf16)
   attention  forward + backward of one attention call, [B, 12, T, 32] bf16 with a padding mask: SDPA's
              flash kernel (dropout 0), SDPA's math fallback with dropout 0.1 (what CPU training runs
              when dropout is on), and bert-tasks' math path with FastDropout 0.1 and without dropout
@@ -33,7 +34,7 @@ from transformers import BertConfig
 
 from bert_tasks import load_model
 from bert_tasks.modeling.attention import FusedBertSelfAttention
-from bert_tasks.modeling.dropout import fast_dropout
+from bert_tasks.modeling.dropout import fast_dropout, keep_mask
 from bert_tasks.runtime import reuse_freed_memory
 
 HEADS, HEAD_SIZE, HIDDEN, VOCAB = 12, 32, 384, 30522
@@ -71,12 +72,18 @@ def dropout_rows(repeats: int) -> list[dict[str, Any]]:
             {
                 "F.dropout": forward_backward(lambda t: F.dropout(t, 0.1, training=True), x),
                 "fast_dropout": forward_backward(lambda t: fast_dropout(t, 0.1), x),
+                # The same draws, the mask multiplied in (FastDropout before it selected with `where`).
+                "mask_by_mul": forward_backward(
+                    lambda t: t.mul(keep_mask(t.shape, 0.1, t.device)).mul_(1 / 0.9), x
+                ),
             },
             repeats,
         )
-        rows.append(
-            {"lever": "dropout", "shape": name, **ms, "speedup": ms["F.dropout"] / ms["fast_dropout"]}
-        )
+        speedups = {
+            "speedup": ms["F.dropout"] / ms["fast_dropout"],
+            "where_vs_mul": ms["mask_by_mul"] / ms["fast_dropout"],
+        }
+        rows.append({"lever": "dropout", "shape": name, **ms, **speedups})
     return rows
 
 

@@ -31,7 +31,7 @@ def test_keep_mask_lanes_are_independent():
     assert both_kept == pytest.approx(0.25, abs=4e-3)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_forward_zeroes_or_scales_and_backward_follows_the_same_mask(dtype):
     torch.manual_seed(0)
     x = (torch.rand(64, 128) + 1.0).to(dtype).requires_grad_()  # no zeros of its own
@@ -42,6 +42,18 @@ def test_forward_zeroes_or_scales_and_backward_follows_the_same_mask(dtype):
     out.sum().backward()
     assert torch.all(x.grad[dropped] == 0)
     torch.testing.assert_close(x.grad[~dropped], torch.full_like(x.grad[~dropped], 1 / 0.75))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_every_dtype_computes_x_times_mask_times_scale(dtype: torch.dtype) -> None:
+    """Half precision selects with `where` instead of multiplying by the mask: the same numbers."""
+    torch.manual_seed(1)
+    x = torch.randn(33, 70).to(dtype)
+    torch.manual_seed(2)
+    got = fast_dropout(x, 0.1)
+    torch.manual_seed(2)  # the same draws
+    keep = keep_mask(x.shape, 0.1, x.device)
+    assert torch.equal(got, x * keep * (1.0 / 0.9))
 
 
 def test_same_seed_same_mask_and_eval_is_identity():
@@ -75,3 +87,11 @@ def test_cpu_training_math_path_equals_sdpa_without_dropout():
     trained = module.train()(hidden, attention_mask=mask)[0]
     evaluated = module.eval()(hidden, attention_mask=mask)[0]
     torch.testing.assert_close(trained, evaluated, atol=1e-5, rtol=1e-5)
+
+
+def test_compiled_dropout_is_one_graph() -> None:
+    """Under torch.compile FastDropout hands over to torch's dropout, which inductor fuses; its own
+    `random_` on a view would split every compiled layer at each dropout."""
+    dropout = FastDropout(0.1).train()
+    explanation = torch._dynamo.explain(lambda x: dropout(x) + 1.0)(torch.randn(4, 8))
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
