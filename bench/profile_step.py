@@ -16,6 +16,7 @@ Run from the repo root:
     python bench/profile_step.py                       # SST-2 batches, both cores, ~1 min
     python bench/profile_step.py --shape 32x128        # full 32 x 128 batches
     python bench/profile_step.py --compare             # the runner's update against torch's, same run
+    python bench/profile_step.py --compile-layers      # then each BertLayer compiled (regional compile)
 """
 
 from __future__ import annotations
@@ -115,6 +116,19 @@ def optimizer_floor_ms(model: torch.nn.Module) -> float:
     return median_ms(optimizer.step)
 
 
+def compiled_layers_ms(
+    model: torch.nn.Module, one_pass: Callable[[], float], repeats: int
+) -> tuple[float, float]:
+    """Each encoder layer compiled on its own (one graph per layer, reused at every token count): the
+    median ms a step over `repeats` passes after the first, and the first pass's seconds (compiling)."""
+    for layer in model.bert.encoder.layer:
+        layer.compile(dynamic=True)
+    start = time.perf_counter()
+    one_pass()
+    compile_s = time.perf_counter() - start
+    return statistics.median(one_pass() for _ in range(repeats)), compile_s
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-file", type=Path, default=Path("../shared/data/sst2/train.tsv"))
@@ -125,6 +139,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed passes over the batches; the median")
     parser.add_argument("--embedding-grad", choices=("touched_rows", "dense"), default="touched_rows")
     parser.add_argument("--compare", action="store_true", help="also time torch's update, interleaved")
+    parser.add_argument(
+        "--compile-layers", action="store_true", help="then time the step with each BertLayer compiled"
+    )
     args = parser.parse_args()
     quiet()
     reuse_freed_memory()
@@ -174,6 +191,12 @@ def main() -> None:
             torch_passes.append(pass_ms(torch_step))
             book = GradientBook(model, touched_rows=args.embedding_grad == "touched_rows")
     step_ms = statistics.median(runner_passes)
+    if args.compile_layers:
+        compiled_ms, compile_s = compiled_layers_ms(model, lambda: pass_ms(step), args.repeats)
+        print(
+            f"regional torch.compile (each BertLayer, dynamic shapes): {compile_s:.0f} s for the first pass,"
+            f" then {compiled_ms:.0f} ms a step against eager {step_ms:.0f} ms ({compiled_ms / step_ms:.3f})"
+        )
     with profile(record_shapes=True) as profiler:
         for batch in batches:
             step(batch)
