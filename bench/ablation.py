@@ -201,6 +201,10 @@ LEVERS = (
 )
 #: Away from the Trainer (it runs bf16 too): what bf16 costs or buys.
 FP32 = Lever("fp32", "bf16 -> fp32 (mixed_precision=no)", ("mixed_precision=no",))
+#: An opt-in lever that changes what is learned (issue #22): what freezing the word embeddings costs.
+FROZEN = Lever(
+    "frozen-embeddings", "word embeddings frozen (freeze_embeddings=true)", ("freeze_embeddings=true",)
+)
 ALL_ON = Lever("all-on", "bert-tasks, all differences on")
 
 
@@ -229,7 +233,7 @@ def plan(cfg: Config, corpus: Corpus) -> tuple[list[Lever], list[str]]:
         tuple(item for lever in active for item in lever.overrides),
         tuple(patch for lever in active for patch in lever.patches),
     )
-    return [ALL_ON, *active, FP32, all_off], notes
+    return [ALL_ON, *active, FP32, FROZEN, all_off], notes
 
 
 def word_scores(scores: dict[str, Any]) -> dict[str, Any]:

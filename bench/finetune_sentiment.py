@@ -65,8 +65,13 @@ from bert_tasks.modeling.load import resolve_model_path
 from bert_tasks.runtime import reuse_freed_memory
 
 TRAINERS = ("trainer-default", "trainer-tuned")
-#: bert-tasks as shipped, and with torch's dense word-embedding gradient (the `embedding_grad` lever alone).
-BERT_TASKS = {"bert-tasks": [], "bert-tasks-dense-grad": ["embedding_grad=dense"]}
+#: bert-tasks as shipped, with torch's dense word-embedding gradient (the `embedding_grad` lever alone), and
+#: with its word embeddings frozen (an opt-in lever that changes what is learned).
+BERT_TASKS = {
+    "bert-tasks": [],
+    "bert-tasks-dense-grad": ["embedding_grad=dense"],
+    "bert-tasks-frozen-embeddings": ["freeze_embeddings=true"],
+}
 IMPLEMENTATIONS = (*TRAINERS, *BERT_TASKS)
 #: run_glue.py's --max_seq_length default, to which trainer-default pads every row.
 PAD_TO = 128

@@ -177,6 +177,11 @@ class Config:
     weight_decay: float = _key(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
     grad_accum: int = _key(1, "micro-batches accumulated per optimizer update")
     max_grad_norm: float = _key(1.0, "gradient clipping norm (0 = no clipping)")
+    freeze_embeddings: bool = _key(
+        False,
+        "keep the word embeddings as the base model has them (no gradient, no optimizer state; changes "
+        "what is learned: BENCHMARKS.md)",
+    )
     embedding_grad: str = _key(
         EMBEDDING_GRADIENTS[0],
         "word-embedding gradient on one process: touched_rows (written, clipped and cleared only at the rows "

@@ -253,6 +253,9 @@ class Run:
         setattr(model.config, POLICY_KEY, self._policy())
         if cfg.gradient_checkpointing:
             model.activation_checkpointing_enable()
+        if cfg.freeze_embeddings:
+            # No gradient, no AdamW state: half of MiniLM's parameters left out of every update.
+            model.get_input_embeddings().weight.requires_grad_(False)
         self.model = model
 
     def _policy(self) -> dict[str, Any]:
@@ -385,6 +388,7 @@ class Run:
             f"output {self.output_dir} | trackers {', '.join(self.trackers) or 'none'}"
         )
         gradient = self.gradients.describe if self.gradients is not None else "dense"
+        gradient = "none (frozen)" if self.cfg.freeze_embeddings else gradient
         logger.info(
             f"attention: {attention_path(accelerator.unwrap_model(self.model))} | "
             f"word-embedding gradient: {gradient}"

@@ -142,3 +142,17 @@ def test_max_grad_norm_zero_trains_unclipped(tiny_model: Path, tmp_path: Path) -
     first = BertForSequenceClassification.from_pretrained(tiny_model, num_labels=2).bert.pooler.dense.weight
     trained = BertForSequenceClassification.from_pretrained(tmp_path / "run").bert.pooler.dense.weight
     assert not torch.equal(first, trained)
+
+
+def test_frozen_embeddings_stay_as_the_base_model_has_them(
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = tiny_config("sentiment", tiny_model, tmp_path / "run", freeze_embeddings=True, lr=1e-2)
+    with caplog.at_level("INFO", logger="bert_tasks"):
+        trained = BertForSequenceClassification.from_pretrained(train(cfg))
+    base = BertForSequenceClassification.from_pretrained(tiny_model, num_labels=2)
+    assert torch.equal(
+        trained.bert.embeddings.word_embeddings.weight, base.bert.embeddings.word_embeddings.weight
+    )
+    assert not torch.equal(trained.bert.pooler.dense.weight, base.bert.pooler.dense.weight)
+    assert "word-embedding gradient: none (frozen)" in caplog.text
