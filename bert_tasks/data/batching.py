@@ -8,14 +8,14 @@ predictions made in any order (sorted, sharded over processes) are put back wher
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from datasets import Dataset
 from datasets.fingerprint import generate_random_fingerprint
 from torch.utils.data import DataLoader
-from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from bert_tasks.data.padded_batches import MODEL_INPUTS
 
@@ -58,21 +58,6 @@ class EpochLengthGroupedSampler(LengthGroupedSampler):
 
     def set_epoch(self, epoch: int) -> None:
         self.generator.manual_seed(self.seed + epoch)
-
-    def __iter__(self) -> Iterator[int]:
-        """transformers' groups in a shuffled order: the longest first, a short last one still last.
-
-        Inside each of its mega-batches transformers orders the groups from longest to shortest, a sawtooth
-        of lengths over the epoch; on a small corpus (a few mega-batches) that orders the updates by
-        sentence length. Shuffled, as fairseq shuffles its length buckets, the batches pad exactly as
-        before and come in no length order (BENCHMARKS.md, "Why equal settings differ").
-        """
-        order = get_length_grouped_indices(self.lengths, self.batch_size, generator=self.generator)
-        groups = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
-        tail = [groups.pop()] if len(groups) > 1 and len(groups[-1]) < self.batch_size else []
-        middle = groups[1:]  # the first group holds the longest row: a memory error shows at once
-        shuffled = [middle[index] for index in torch.randperm(len(middle), generator=self.generator).tolist()]
-        return iter([row for group in [*groups[:1], *shuffled, *tail] for row in group])
 
 
 def train_loader(
