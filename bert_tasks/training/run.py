@@ -389,10 +389,8 @@ class Run:
         )
         gradient = self.gradients.describe if self.gradients is not None else "dense"
         gradient = "none (frozen)" if self.cfg.freeze_embeddings else gradient
-        logger.info(
-            f"attention: {attention_path(accelerator.unwrap_model(self.model))} | "
-            f"word-embedding gradient: {gradient}"
-        )
+        logger.info(f"attention: {attention_path(accelerator.unwrap_model(self.model))}")
+        logger.info(f"word-embedding gradient: {gradient}")
         if self.class_weights is not None:
             logger.info(self.class_weights.describe())
 

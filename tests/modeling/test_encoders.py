@@ -110,6 +110,7 @@ def test_bert_keeps_the_fused_path(tiny_model: Path, tmp_path: Path) -> None:
     with one_thread(), run_log() as lines:
         train(tiny_config("sentiment", tiny_model, tmp_path / "bert", max_steps=1, validation_file=None))
     assert "attention: bert-tasks fused (BertModel)" in lines
+    assert "word-embedding gradient: touched rows" in lines
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -119,6 +120,7 @@ def test_the_start_line_names_the_path(runs: dict, family: str) -> None:
         lines = runs[family, task, "log"]
         start = next(i for i, line in enumerate(lines) if line.startswith(f"bert-tasks finetune {task}:"))
         assert lines[start + 1] == f"attention: transformers' own ({encoder}, {implementation})"
+        assert lines[start + 2] == "word-embedding gradient: touched rows"  # any family's plain lookup
 
 
 @pytest.mark.parametrize("family", FAMILIES)
