@@ -155,11 +155,15 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)
     book = GradientBook(model, touched_rows=args.embedding_grad == "touched_rows")
 
-    def step(batch: Batch) -> None:
+    def forward_backward(batch: Batch) -> None:
         input_ids, attention_mask, labels = batch
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
+
+    def step(batch: Batch) -> None:
+        """The runner's update: GradientBook's clipping and word-embedding gradient."""
+        forward_backward(batch)
         book.clip(1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -167,10 +171,7 @@ def main() -> None:
 
     def torch_step(batch: Batch) -> None:
         """torch's update: the dense embedding gradient autograd makes, clip_grad_norm_."""
-        input_ids, attention_mask, labels = batch
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        loss.backward()
+        forward_backward(batch)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
