@@ -33,6 +33,8 @@ class TorchBackend:
         self.device = torch.device("cuda" if torch.cuda.is_available() and not quantize else "cpu")
         self.model.to(self.device)
         self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
+        if self.bf16:
+            _linear_weights_in_bf16(self.model)
 
     def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
         """Logits per encoded row, in row order (`collect_window_logits` over `PaddedBatches`)."""
@@ -41,3 +43,17 @@ class TorchBackend:
             return collect_window_logits(
                 self.model, batches, len(encoded), device=self.device, progress=self.progress
             )
+
+
+def _linear_weights_in_bf16(model: torch.nn.Module) -> None:
+    """Hold every Linear's weight and bias in bf16, as autocast would cast them for each forward.
+
+    Autocast runs a Linear in bf16 by casting its fp32 weight and bias on every call: ~1,600 casts and
+    3-4 ms of every prediction call on 2 CPU cores whatever its size, 5% of a server's 15-text batch
+    (BENCHMARKS.md, "Serving over HTTP"). Cast once, the same bf16 values meet the same bf16 inputs, so
+    the logits are bit for bit those of autocast; the other layers (embeddings, LayerNorm) stay fp32 and
+    autocast still decides their precision. The model is the backend's own: prediction never trains it.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.to(torch.bfloat16)

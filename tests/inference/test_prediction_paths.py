@@ -72,3 +72,26 @@ def test_a_batch_is_padded_to_its_longest_window_rounded_up() -> None:
     np.testing.assert_array_equal(batches[0]["attention_mask"], [[1, 0, 0, 0], [1, 1, 1, 0]])
     np.testing.assert_array_equal(batches[1]["input_ids"], [[5, 6, 7, 8, 9, 0, 0, 0]])
     assert "token_type_ids" not in batches[0]
+
+
+@pytest.mark.parametrize("task", ["sentiment", "ner"])
+def test_bf16_prediction_holds_linear_weights_in_bf16_with_autocast_s_very_logits(
+    task: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under bf16 each Linear keeps bf16 weights instead of autocast casting them every call; the window
+    logits are bit for bit those of autocast over the fp32 weights, and the other layers stay fp32."""
+    from bert_tasks.inference import torch_backend
+
+    run = request.getfixturevalue(f"{task}_run")
+    held = Predictor(run, mixed_precision="bf16", progress=False)
+    monkeypatch.setattr(torch_backend, "_linear_weights_in_bf16", lambda model: None)
+    cast = Predictor(run, mixed_precision="bf16", progress=False)
+    linears = [m for m in held.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.dtype == m.bias.dtype == torch.bfloat16 for m in linears)
+    untouched = [m for m in cast.model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(m.weight.dtype == torch.float32 for m in untouched)
+    assert held.model.get_input_embeddings().weight.dtype == torch.float32
+    texts = TEXTS[task]
+    raw = held.task.texts_to_raw(texts)
+    for mine, theirs in zip(held.window_logits(raw)[1], cast.window_logits(raw)[1], strict=True):
+        np.testing.assert_array_equal(mine, theirs)
