@@ -116,13 +116,49 @@ class FusedBertSelfAttention(BertSelfAttention):
         with `first_token_only` too, only each sequence's first position queries and the context is [B, C'].
         """
         unpadding: Unpadding | None = kwargs.get(UNPADDING_KWARG)
+        first_token_only = unpadding is not None and kwargs.get(FIRST_TOKEN_KWARG, False)
         qkv = self.qkv(hidden_states)  # [B, T, 3 * H * D], or [rows, 3 * H * D] unpadded
+        if unpadding is not None and unpadding.groups:
+            return self._attend_in_groups(qkv, unpadding, first_token_only, kwargs), None
         if unpadding is not None:
             qkv = unpadding.scatter(qkv)  # [B, T, 3 * H * D]
+        context, probs = self._attend(qkv, attention_mask, cache, first_token_only, kwargs)  # [B, T', C']
+        if first_token_only:
+            return context[:, 0], probs  # [B, H * D]
+        if unpadding is not None:
+            context = unpadding.gather(context)  # [rows, H * D]
+        return context, probs
+
+    def _attend_in_groups(
+        self, qkv: torch.Tensor, unpadding: Unpadding, first_token_only: bool, kwargs: dict[str, Any]
+    ) -> torch.Tensor:
+        """Attention group by group (`AttentionGroup`): [rows, 3 * H * D] in, [rows, H * D] out, or [B, H * D]
+        for the first tokens only; each group in its own [G, width] layout, with its cut of the mask."""
+        if first_token_only:
+            context = qkv.new_empty(unpadding.batch, self.all_head_size)  # [B, H * D]
+        else:
+            context = qkv.new_zeros(unpadding.rows, self.all_head_size)  # [rows, H * D]
+        for group in unpadding.groups:
+            part, _ = self._attend(group.scatter(qkv), group.mask, None, first_token_only, kwargs)
+            if first_token_only:
+                context.index_copy_(0, group.sequences, part[:, 0])  # [G, H * D] into [B, H * D]
+            else:
+                group.gather_into(context, part)  # [G, width, H * D] into [rows, H * D]
+        return context
+
+    def _attend(
+        self,
+        qkv: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: Any,
+        first_token_only: bool,
+        kwargs: dict[str, Any],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention on the padded layout: qkv [B, T, 3 * H * D] -> (context [B, T', H * D], probabilities
+        [B, H, T', S] or None), T' = 1 for the first tokens only."""
         batch, seq_len, _ = qkv.shape
         qkv = qkv.view(batch, seq_len, 3, self.num_attention_heads, self.attention_head_size)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, T, D]
-        first_token_only = unpadding is not None and kwargs.get(FIRST_TOKEN_KWARG, False)
         if first_token_only:
             query = query[:, :, :1]  # [B, H, 1, D]
             if attention_mask is not None:
@@ -156,13 +192,7 @@ class FusedBertSelfAttention(BertSelfAttention):
                 scale=self.scaling,
             )  # [B, H, T, D]
             probs = None
-
-        context = context.transpose(1, 2).reshape(batch, query.shape[2], -1)  # [B, T, H * D]
-        if first_token_only:
-            return context[:, 0], probs  # [B, H * D]
-        if unpadding is not None:
-            context = unpadding.gather(context)  # [rows, H * D]
-        return context, probs
+        return context.transpose(1, 2).reshape(batch, query.shape[2], -1), probs  # [B, T', H * D]
 
     def _math_is_faster(self, query: torch.Tensor, keys: int) -> bool:
         """CPU training: SDPA's CPU kernels have no dropout (it falls back to a math path drawing a

@@ -269,3 +269,58 @@ def test_token_pipeline_over_padded_batches_matches_stock(gathered_rows):
         assert [e["word"] for e in patched_entities] == [e["word"] for e in stock_entities]
         assert [e["entity"] for e in patched_entities] == [e["entity"] for e in stock_entities]
         assert [e["score"] for e in patched_entities] == pytest.approx([e["score"] for e in stock_entities])
+
+
+def test_length_groups_keep_lengths_within_the_ratio_of_their_longest():
+    assert unpad._length_groups([11, 7, 3]) == [[0], [1], [2]]
+    # 13 * 1.5 <= 20 opens a second group; 9 * 1.5 > 13 stays in it
+    assert unpad._length_groups([15, 20, 9, 18, 13]) == [[1, 3, 0], [4, 2]]
+    assert unpad._length_groups([8, 8, 6]) == [[0, 1, 2]]  # close lengths: one group, one layout
+
+
+@pytest.fixture
+def attention_groups(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The sequences of each attention group of each forward (empty lists: one [B, T] layout)."""
+    made: list[list[int]] = []
+    in_groups = Unpadding.in_groups
+
+    def spy(self: Unpadding, attention_mask: torch.Tensor | None) -> Unpadding:
+        grouped = in_groups(self, attention_mask)
+        made.append([len(group.sequences) for group in grouped.groups])
+        return grouped
+
+    monkeypatch.setattr(Unpadding, "in_groups", spy)
+    return made
+
+
+@pytest.mark.parametrize("direction", ["bidirectional", "causal", "right_to_left"])
+@pytest.mark.parametrize("model_class", [BertForSequenceClassification, BertForTokenClassification])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_in_length_groups_equals_one_layout(
+    padded_batch, attention_groups, monkeypatch, direction, model_class, dtype
+):
+    """CPU inference attends a mixed-length batch group by group (lengths 11, 7, 3: three groups); the
+    logits are those of the whole batch in one [B, T] layout at every real token, for every direction and
+    for a head that reads the first token only."""
+    from bert_tasks.modeling.patch import set_attention_direction
+
+    _, patched = stock_and_patched(model_class, num_labels=3)
+    set_attention_direction(patched, direction)
+    mask = padded_batch["attention_mask"]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        grouped = patched(**padded_batch).logits.float()
+        monkeypatch.setattr(unpad, "_GROUP_LENGTH_RATIO", float("inf"))  # every batch one group
+        whole = patched(**padded_batch).logits.float()
+    assert attention_groups == [[1, 1, 1], []]
+    if grouped.dim() == 3:
+        grouped, whole = at_real_tokens(grouped, mask), at_real_tokens(whole, mask)
+    tolerance = {"atol": 0.05, "rtol": 0.05} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(grouped, whole, **tolerance)
+
+
+def test_training_keeps_one_layout(padded_batch, attention_groups):
+    """Training (gradients on) never groups: its dropout draws and gradients stay as they were."""
+    _, patched = stock_and_patched(BertForTokenClassification, num_labels=3)
+    patched.train()
+    patched(**padded_batch).logits.sum().backward()
+    assert attention_groups == []
