@@ -14,8 +14,9 @@ sequence its own triangle.
 In inference on CPU the attention runs in groups of sequences of similar length (`AttentionGroup`), each
 padded to its own longest rather than the batch's: a server's micro-batch mixes short and long texts, and
 CPU attention kernels at BERT's head size are slow enough that padding every sequence to the longest one
-tripled the attention of a random 64-text batch (BENCHMARKS.md, "Serving over HTTP"). A batch whose
-lengths are close (a length-sorted call, a training batch) is one group: the padded layout as before.
+made a layer's attention over a random 64-text batch 1.7x as slow (BENCHMARKS.md, "Serving over HTTP").
+A batch whose lengths are close (a length-sorted call, a training batch) is one group: the padded layout
+as before.
 
 Under bf16 on CPU in inference the packed matrix gets zero rows up to a bucketed size (`packed_rows`):
 oneDNN keeps state per matmul shape, and N takes a new value almost every call, so a long-lived bf16
@@ -45,8 +46,9 @@ UNPADDING_KWARG = "unpadding"
 #: The keyword a head that reads only each sequence's first token ([CLS]) passes down to the encoder.
 FIRST_TOKEN_KWARG = "first_token_only"
 #: A group of sequences attended together ends where a sequence is no longer than its longest / this: the
-#: padded attention of a group costs at most ~2.3x its sequences' own. Measured on SST-2 length mixes
-#: (64 random texts: 5 groups, attention 22 -> 7 ms a layer; 2x made 3 groups and 14 ms).
+#: padded attention of a group costs at most ~2.3x its sequences' own. `bench/attention_groups.py` on
+#: SST-2 length mixes: a self-attention layer over 64 random texts 29 -> 18 ms (5 groups), over 16 random
+#: texts 6.1 -> 3.9 ms (4 groups); ratios 2 and 3 gained less, length-sorted batches stay one group.
 _GROUP_LENGTH_RATIO = 1.5
 #: Group widths are rounded up to this many positions: fewer distinct shapes for the kernels.
 _GROUP_WIDTH_MULTIPLE = 8
