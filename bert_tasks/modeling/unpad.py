@@ -117,13 +117,14 @@ class Unpadding:
         position = self.indices % self.seq_len  # [N] its place in that sequence
         extent = torch.zeros(self.batch, dtype=torch.long, device=self.indices.device)
         extent.scatter_reduce_(0, sequence, position + 1, "amax")  # [B] one past each last real token
-        members = _length_groups(extent.tolist())
+        extents = extent.tolist()
+        members = _length_groups(extents)
         if len(members) == 1:
             return self
         groups = []
         for listed in members:
             sequences = torch.tensor(listed, device=self.indices.device)  # [G]
-            longest = int(extent[sequences].max())
+            longest = extents[listed[0]]  # each group lists its longest first
             width = min(self.seq_len, -(-longest // _GROUP_WIDTH_MULTIPLE) * _GROUP_WIDTH_MULTIPLE)
             place = torch.full((self.batch,), -1, dtype=torch.long, device=self.indices.device)
             place[sequences] = torch.arange(len(listed), device=self.indices.device)  # [B]
