@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bert_tasks.config import Config, load_recipe
+from bert_tasks.config import Config, load_recipe, may_carve
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import BACKENDS, local_model_dir, read_policy
 from bert_tasks.pruning.heads import ModelShape, read_shape
@@ -143,7 +143,7 @@ def _distill_config(
     layer_key = [f"student_layers={layers}"] if layers is not None else []
     values = [*overrides, f"teacher={teacher}", *layer_key, f"output_dir={out / DISTILLED}"]
     cfg = load_recipe(recipe if recipe.is_file() else None, values, task=task)
-    if not (cfg.validation_file or cfg.validation_split or cfg.dataset):
+    if not (cfg.validation_file or cfg.dataset or may_carve(cfg)):
         raise BertTasksError(
             f"compress: {recipe} names no validation data to compare the steps on; give validation_file= "
             "(or validation_split=)"

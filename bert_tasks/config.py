@@ -41,7 +41,8 @@ EMBEDDING_GRADIENTS = ("touched_rows", "dense")
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 #: What `report_to` takes alone: tensorboard when installed, every installed tracker, none.
 REPORT_TO_WORDS = ("auto", "all", "none")
-#: `class_weights=auto`: weights from the training labels' counts (bert_tasks/training/class_weights.py).
+#: `class_weights=auto`: weights from the training labels' counts (bert_tasks/training/class_weights.py);
+#: `validation_split=auto`: a share of train when no validation set is given (data/validation_split.py).
 AUTO = "auto"
 #: BERT's learned position embeddings stop at 512.
 MAX_POSITIONS = 512
@@ -92,10 +93,11 @@ class Config:
         None, "validation file: scored during training and used to pick the best checkpoint"
     )
     test_file: str | None = _key(None, "held-out file, scored once at the end with the best weights")
-    validation_split: float | None = _key(
-        None,
+    validation_split: float | str | None = _key(
+        AUTO,
         "carve this share of train (0-1, after max_train_samples) as the validation set, seeded by seed and "
-        "stratified by label for classification; instead of validation_file",
+        "stratified by label for classification; instead of validation_file. auto: 0.1 of train when no "
+        "validation set is given and train has at least 100 rows; none: never",
     )
     text_column: str = _key(
         DEFAULT_TEXT,
@@ -352,6 +354,14 @@ _RecipeLoader.add_implicit_resolver(
 )
 
 
+def may_carve(cfg: Config) -> bool:
+    """Whether `cfg.validation_split` may carve a validation set from the training data it names (auto
+    only when no validation_file is given and there is a train_file or dataset to carve from)."""
+    if cfg.validation_split != AUTO:
+        return cfg.validation_split is not None
+    return cfg.validation_file is None and (cfg.train_file is not None or cfg.dataset is not None)
+
+
 def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: str | None = None) -> Config:
     """Build the run's `Config` from defaults, an optional YAML recipe and `key=value` overrides.
 
@@ -380,7 +390,7 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), task: st
     if user.get("dataset") is not None or user.get("train_file") is not None:
         for key in _DEMO_KEYS:
             task_defaults.pop(key, None)
-    if user.get("validation_split") is not None:
+    if user.get("validation_split") not in (None, AUTO):
         task_defaults.pop("validation_file", None)  # the carved split replaces the demo's validation file
     teacher_defaults, teacher_fixed = _teacher_layer(task, user, from_cli)
     values = {**task_defaults, **teacher_defaults, **user, **teacher_fixed, "task": task}
@@ -678,7 +688,7 @@ def _validate(cfg: Config) -> None:
     value = cfg.__dict__.get
     checks = [
         *(
-            (key, value(key) is None or math.isfinite(value(key)), "must be a finite number")
+            (key, not isinstance(value(key), float) or math.isfinite(value(key)), "must be a finite number")
             for key in _FLOAT_KEYS
         ),
         *(
@@ -738,12 +748,13 @@ def _validate(cfg: Config) -> None:
         ("max_eval_samples", *_within(cfg.max_eval_samples, 1, MAX_COUNT, "or none")),
         (
             "validation_split",
-            cfg.validation_split is None or 0 < cfg.validation_split < 1,
-            "must be in (0, 1), the share of train to validate on, or none",
+            cfg.validation_split in (None, AUTO)
+            or (isinstance(cfg.validation_split, float) and 0 < cfg.validation_split < 1),
+            f"must be in (0, 1), the share of train to validate on, {AUTO} or none",
         ),
         (
             "validation_split",
-            cfg.validation_split is None or cfg.validation_file is None,
+            cfg.validation_split in (None, AUTO) or cfg.validation_file is None,
             f"but validation_file={cfg.validation_file} gives a validation set too; pick one "
             "(validation_file=none to carve it from train, or validation_split=none)",
         ),

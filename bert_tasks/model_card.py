@@ -74,11 +74,12 @@ def describe_data(cfg: Config, raw: dict[str, Dataset], in_memory: Collection[st
     else hub; a carved validation split names train's source and its share."""
     sources = []
     for split, data in raw.items():
-        carved = cfg.validation_split if split == "validation" else None
+        share = cfg.validation_split if isinstance(cfg.validation_split, float) else None  # auto: none carved
+        carved = share if split == "validation" else None
         origin = "train" if carved is not None else split
         path = getattr(cfg, SPLIT_FILES[origin])
         limit = cfg.max_train_samples if origin == "train" else cfg.max_eval_samples
-        read = len(data) + (len(raw["validation"]) if split == "train" and cfg.validation_split else 0)
+        read = len(data) + (len(raw["validation"]) if split == "train" and share else 0)
         found = {"limit": limit if limit is not None and read == limit else None, "carved": carved}
         if origin in in_memory:
             sources.append(DataSource(split, len(data), in_memory=True, **found))

@@ -177,7 +177,7 @@ def test_a_config_built_directly_is_checked_too() -> None:
 #: The string keys that take `none`.
 _OPTIONAL_STR = {"dataset", "train_file", "validation_file", "test_file", "metric_for_best", "output_dir"}
 _OPTIONAL_STR |= {"class_weights", "text_pair_column", "word_splitter"}
-_OPTIONAL_STR |= {"teacher", "student", "transfer_file"}
+_OPTIONAL_STR |= {"teacher", "student", "transfer_file", "validation_split"}
 
 
 @pytest.mark.parametrize("text", ["", "   "])

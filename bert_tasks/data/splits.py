@@ -1,5 +1,6 @@
 """The one rule for splits, shared by every task: each from its file (or the library's in-memory data) if
-given, else from the hub, else absent; with `validation_split`, validation is carved from train instead.
+given, else from the hub, else absent; with `validation_split`, validation is carved from train instead
+(by default, `auto`, when no validation split is given).
 
 So `dataset=glue/sst2 validation_file=dev.tsv` trains on the hub's train split and validates on the
 user's file, for sentiment and NER alike. Row caps (`max_train_samples`, `max_eval_samples`) and the
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from bert_tasks.data.hub import hub_split_names
 from bert_tasks.data.in_memory import in_memory_source, records, split_data
-from bert_tasks.data.validation_split import carve_validation
+from bert_tasks.data.validation_split import AUTO, auto_share, carve_validation
 from bert_tasks.errors import BertTasksError
 
 if TYPE_CHECKING:
@@ -35,11 +36,21 @@ def read_splits(task: Task, cfg: Config, data: Any = None) -> dict[str, Dataset]
         BertTasksError: No split at all, a bad file, hub split or in-memory split, a split given twice, or an
             evaluation label (entity type) that the training split never shows.
     """
-    splits, sources = read_unchecked_splits(task, cfg, data)
+    return read_training_splits(task, cfg, data)[0]
+
+
+def read_training_splits(task: Task, cfg: Config, data: Any = None) -> tuple[dict[str, Dataset], Config]:
+    """`read_splits`, and `cfg` with the share `validation_split=auto` carved, when it carved one: the saved
+    recipe and the model card name the share (an auto that carved nothing stays auto).
+
+    Raises:
+        BertTasksError: As `read_splits`.
+    """
+    splits, sources, share = _read(task, cfg, data)
     problems = split_problems(task, splits, sources, cfg)
     if problems:
         raise BertTasksError(problems[0])
-    return splits
+    return splits, (replace(cfg, validation_split=share) if share is not None else cfg)
 
 
 def read_unchecked_splits(
@@ -51,6 +62,12 @@ def read_unchecked_splits(
     Raises:
         BertTasksError: No split at all, a bad file, hub split or in-memory split, or a split given twice.
     """
+    splits, sources, _ = _read(task, cfg, data)
+    return splits, sources
+
+
+def _read(task: Task, cfg: Config, data: Any) -> tuple[dict[str, Dataset], dict[str, str], float | None]:
+    """The splits, their sources and the share of train carved as validation (None: nothing carved)."""
     memory = split_data(data) if data is not None else {}
     hub_splits = hub_split_names(cfg.dataset) if cfg.dataset is not None else []
     splits: dict[str, Dataset] = {}
@@ -80,9 +97,20 @@ def read_unchecked_splits(
             "or dataset=<hub id>"
         )
     splits = task.settle(splits, sources, cfg)
-    if cfg.validation_split is not None:
-        _carve(task, cfg, splits, sources)
-    return splits, sources
+    share = validation_share(cfg, splits)
+    if share is not None:
+        _carve(task, cfg, share, splits, sources)
+    return splits, sources, share
+
+
+def validation_share(cfg: Config, splits: dict[str, Dataset]) -> float | None:
+    """The share of train `cfg.validation_split` carves from these splits as read (before carving):
+    the number given, `auto`'s when no validation split was read (data/validation_split.py), or None."""
+    if cfg.validation_split != AUTO:
+        return cfg.validation_split
+    if "validation" in splits or "train" not in splits:
+        return None
+    return auto_share(len(splits["train"]))
 
 
 def without_demo_files(task: Task, cfg: Config) -> Config:
@@ -96,9 +124,11 @@ def without_demo_files(task: Task, cfg: Config) -> Config:
     return replace(cfg, **demo) if demo else cfg
 
 
-def _carve(task: Task, cfg: Config, splits: dict[str, Dataset], sources: dict[str, str]) -> None:
-    """Carve the validation split from train (`data/validation_split.py`), in place, before any test split."""
-    share = cfg.validation_split
+def _carve(
+    task: Task, cfg: Config, share: float, splits: dict[str, Dataset], sources: dict[str, str]
+) -> None:
+    """Carve `share` of train as the validation split (`data/validation_split.py`), in place, before any
+    test split."""
     if "validation" in splits:
         raise BertTasksError(
             f"validation_split={share:g} carves a validation set from train, but {sources['validation']} "

@@ -1,7 +1,8 @@
 """`validation_split=F`: carve a seeded validation set out of train, stratified where the task says so.
 
 So a recipe whose only labelled evaluation set is the one it reports (SST-2's dev) can select its
-checkpoint on rows of train and report dev as held out.
+checkpoint on rows of train and report dev as held out, and a run given only a training file still picks
+its best checkpoint and stops early (`validation_split=auto`, the default: `AUTO_SHARE` of train).
 
 The rule, simple enough to check by hand: with `stratify_by` (a raw column, e.g. sentiment's `label`),
 each value with `c` rows gives `round(c * F)` of them (halves up) to validation, but never all `c`, so every
@@ -29,6 +30,22 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 logger = logging.getLogger(__name__)
+
+
+#: The `validation_split` value that carves `AUTO_SHARE` when no validation set is given (config.AUTO,
+#: spelled here too: config imports no data module, so the CLI starts without numpy).
+AUTO = "auto"
+#: `validation_split=auto`: the share carved when no validation set is given. A tenth is what a model
+#: selection needs on a few thousand rows (hundreds of sentences to score) and costs a tenth of the data.
+AUTO_SHARE = 0.1
+#: Below this many training rows auto carves nothing: ten or fewer rows to select on would pick a
+#: checkpoint by noise, and a small set needs every row to learn from.
+AUTO_MIN_ROWS = 100
+
+
+def auto_share(train_rows: int) -> float | None:
+    """The share `validation_split=auto` carves from `train_rows` rows with no validation set given."""
+    return AUTO_SHARE if train_rows >= AUTO_MIN_ROWS else None
 
 
 def carve_validation(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_tasks.config import Config, load_recipe
+from bert_tasks.config import Config, load_recipe, may_carve
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import BACKENDS, ModelPolicy, local_model_dir, read_policy
 from bert_tasks.pruning.heads import ModelShape, head_items, read_shape
@@ -288,7 +288,7 @@ def _data_config(directory: Path, task: str, overrides: list[str], recover_steps
     has_recipe = recipe.is_file()
     cfg = load_recipe(recipe if has_recipe else None, [*([] if has_recipe else _NO_DATA), *overrides], task)
     where = f"{recipe}" if has_recipe else f"model dir {directory} (it has no recipe.yaml)"
-    if cfg.validation_file is None and cfg.validation_split is None and cfg.dataset is None:
+    if cfg.validation_file is None and cfg.dataset is None and not may_carve(cfg):
         raise BertTasksError(
             f"{where}: no validation data to score the heads on; give validation_file=FILE (or "
             "validation_split=0.05 with train_file=FILE)"

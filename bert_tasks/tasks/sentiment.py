@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from bert_tasks.data.files import check_text, describe, is_blank
+from bert_tasks.data.splits import validation_share
 from bert_tasks.data.text_classification import (
     FILE_FORMATS,
     read_hub_text_classification,
@@ -184,7 +185,7 @@ class SentimentTask(Task):
             )
         if multi and train is not None:
             self.shape.check_thresholds(self.label_names(train, cfg))
-            if self.calibrates and "validation" not in splits and cfg.validation_split is None:
+            if self.calibrates and "validation" not in splits and validation_share(cfg, splits) is None:
                 logger.warning(
                     "%s: multi-label without a validation split: every label's threshold stays 0.5 (give a "
                     "validation_file or validation_split to tune them, or thresholds=[...])",

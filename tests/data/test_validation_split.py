@@ -1,4 +1,5 @@
-"""`validation_split=F`: validation carved from train, stratified by label for sentiment, seeded, exact sizes.
+"""`validation_split=F`: validation carved from train, stratified by label for sentiment, seeded, exact sizes;
+`validation_split=auto` (the default): a tenth of train when no validation set is given.
 
 The per-label sizes are counted by hand from the rule in bert_tasks/data/validation_split.py: a label with
 `c` rows gives round(c * F) of them (halves up), never all `c`; a label whose share rounds to 0 stays in
@@ -7,8 +8,10 @@ train.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,43 @@ def test_the_same_seed_gives_the_same_split_and_another_seed_another(tmp_path: P
     assert first["train"]["text"][:] == again["train"]["text"][:]
     assert first["validation"]["text"][:] != other["validation"]["text"][:]
     assert Counter(other["validation"]["label"][:]) == Counter(first["validation"]["label"][:])
+
+
+def many(tmp_path: Path, rows: int) -> Path:
+    """`rows` sentiment rows, two labels alternating."""
+    texts = [{"text": f"text number {i}", "label": "ab"[i % 2]} for i in range(rows)]
+    return write_jsonl(tmp_path / f"train{rows}.jsonl", texts)
+
+
+def test_auto_carves_a_tenth_when_no_validation_set_is_given(tmp_path: Path) -> None:
+    train = many(tmp_path, 120)
+    cfg = load_recipe(None, [f"train_file={train}"], task="sentiment")
+    assert cfg.validation_split == "auto" and cfg.validation_file is None
+    data, settled = split_rule.read_training_splits(get_task(cfg), cfg)
+    assert (len(data["train"]), len(data["validation"])) == (108, 12)  # 60 of each label: 6 each carved
+    assert settled.validation_split == 0.1  # what the saved recipe names
+    explicit = read("sentiment", [f"train_file={train}", "validation_split=0.1"])
+    assert explicit["validation"]["text"][:] == data["validation"]["text"][:]  # auto is that same carve
+
+
+def test_auto_leaves_a_given_validation_set_alone(tmp_path: Path) -> None:
+    train = many(tmp_path, 120)
+    cfg = load_recipe(None, [f"train_file={train}", f"validation_file={train}"], task="sentiment")
+    data, settled = split_rule.read_training_splits(get_task(cfg), cfg)
+    assert (len(data["train"]), len(data["validation"])) == (120, 120)
+    assert settled.validation_split == "auto"
+
+
+def test_auto_carves_nothing_from_fewer_than_100_rows_and_none_never_carves(tmp_path: Path) -> None:
+    for rows, overrides in ((99, []), (120, ["validation_split=none"])):
+        train = many(tmp_path, rows)
+        data = read("sentiment", [f"train_file={train}", *overrides])
+        assert list(data) == ["train"] and len(data["train"]) == rows
+
+
+def test_a_word_for_validation_split_other_than_auto_is_refused() -> None:
+    with pytest.raises(BertTasksError, match=r"^bad config: validation_split='half', must be in \(0, 1\)"):
+        load_recipe(None, ["validation_split=half"], task="sentiment")
 
 
 def test_ner_is_a_plain_seeded_sample_after_max_train_samples() -> None:
@@ -194,3 +234,16 @@ def test_a_run_on_a_carved_split_says_so_in_its_card(tiny_model: Path, tmp_path:
     assert carved in card
     assert f"| train | `{train_file}` | 30 |" in card
     assert load_recipe(run / "recipe.yaml", task="sentiment").validation_split == 0.25
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.slow
+def test_a_run_given_only_train_picks_its_best_on_a_carved_tenth(tiny_model: Path, tmp_path: Path) -> None:
+    train_file = many(tmp_path, 100)
+    cfg = tiny_config("sentiment", tiny_model, tmp_path / "run", train_file=str(train_file))
+    cfg = replace(cfg, validation_file=None, validation_split="auto")
+    run = train(cfg)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert "validation" in metrics and metrics["best_step"] > 0
+    assert load_recipe(run / "recipe.yaml", task="sentiment").validation_split == 0.1
+    assert f"`{train_file}`, 0.1 of its rows carved by `validation_split`" in (run / "README.md").read_text()
