@@ -9,6 +9,9 @@
               path, with the recipe's own hyper-parameters (windows instead of truncation, BIO Viterbi
               decoding, dev scored every epoch and the best epoch kept); scored by itself: the test split
               of its metrics.json (seqeval, the same default mode, untruncated gold)
+  --baseline defaults  instead of the issue's baseline, a Trainer at TrainingArguments' own defaults (batch
+              8, lr 5e-5, 3 epochs, no warmup, no weight decay; bf16 as on bert-tasks' side) truncating at
+              512, run_ner.py's default: what a user gets without choosing anything
   --baseline tuned  instead of the issue's baseline, a Trainer tuned for speed with the recipe's own
               hyper-parameters (lr, batch size, max_length, warmup, weight decay, epochs), bf16,
               group_by_length and fused AdamW: the speed comparison at equal settings
@@ -63,6 +66,9 @@ from bert_tasks.runtime import reuse_freed_memory
 CORPORA = ("bc5cdr", "ncbi_disease", "conll2003")
 #: The issue's baseline settings.
 BASELINE = {"max_length": 128, "lr": 5e-5, "batch_size": 32, "epochs": 3.0}
+#: A Trainer as TrainingArguments leaves it (batch 8, lr 5e-5, 3 epochs, no warmup, no weight decay) and
+#: run_ner.py's default length (the tokenizer's 512): what a user gets without choosing anything.
+TRAINER_DEFAULTS = {"max_length": 512, "lr": 5e-5, "batch_size": 8, "epochs": 3.0}
 IGNORE = -100
 
 
@@ -104,10 +110,13 @@ def seqeval_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[st
     }
 
 
-def baseline_settings(cfg: Config, tuned: bool) -> dict[str, Any]:
-    """The issue's baseline, or a Trainer tuned for speed with the recipe's own hyper-parameters."""
-    if not tuned:
+def baseline_settings(cfg: Config, kind: str) -> dict[str, Any]:
+    """The issue's baseline, a Trainer at transformers' own defaults, or one tuned for speed with the
+    recipe's own hyper-parameters."""
+    if kind == "issue":
         return {**BASELINE, "trainer": {}}
+    if kind == "defaults":
+        return {**TRAINER_DEFAULTS, "trainer": {}}
     return {
         "max_length": cfg.max_length,
         "lr": cfg.lr,
@@ -205,12 +214,12 @@ def trainer_tags(
 
 def run_baseline(cfg: Config, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """The Trainer baseline from the CoNLL files to word-level test scores."""
-    settings = baseline_settings(cfg, args.baseline == "tuned")
+    settings = baseline_settings(cfg, args.baseline)
     epochs = args.epochs or settings["epochs"]
 
     def run() -> dict[str, Any]:
         rows = (args.max_train_samples, args.max_eval_samples)
-        tagged = trainer_tags(cfg, settings, epochs, rows, tmp)
+        tagged = trainer_tags(cfg, settings, epochs, rows, tmp, seed=cfg.seed)
         scores = seqeval_scores(tagged.pop("gold"), tagged.pop("predicted"))
         del tagged["words"]
         return {**scores, **tagged}
@@ -251,9 +260,14 @@ def main() -> None:
     parser.add_argument("--max-train-samples", type=int, help="first N training sentences (both sides)")
     parser.add_argument("--max-eval-samples", type=int, help="first N dev/test sentences (both sides)")
     parser.add_argument("--skip-baseline", action="store_true", help="run bert-tasks only")
+    parser.add_argument("--skip-bert-tasks", action="store_true", help="run the baseline only")
     parser.add_argument(
-        "--baseline", choices=("issue", "tuned"), default="issue", help="which Trainer to compare with"
+        "--baseline",
+        choices=("issue", "defaults", "tuned"),
+        default="issue",
+        help="which Trainer to compare with",
     )
+    parser.add_argument("--seed", type=int, default=42, help="both sides' seed")
     parser.add_argument(
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra bert-tasks overrides"
     )
@@ -279,16 +293,25 @@ def main() -> None:
         # One training-log record for the whole loop: its examples/s is the loop's rate.
         whole_loop = ["logging_steps=1000000000"]
         cfg = load_recipe(
-            recipe, [*overrides, *whole_loop, *args.set, f"output_dir={output_dir}", "overwrite=true"]
+            recipe,
+            [
+                *overrides,
+                *whole_loop,
+                *args.set,
+                f"seed={args.seed}",
+                f"output_dir={output_dir}",
+                "overwrite=true",
+            ],
         )
         results = {} if args.skip_baseline else {"baseline": run_baseline(cfg, args, Path(tmp))}
-        results["bert-tasks"] = run_bert_tasks(cfg)
+        if not args.skip_bert_tasks:
+            results["bert-tasks"] = run_bert_tasks(cfg)
 
     types = sorted({name for result in results.values() for name in result["per_type"]})
     print(f"NER {args.corpus} test set: {recipe} {' '.join(overrides + args.set)} | {machine_line()}")
     if "baseline" in results:
         baseline = results["baseline"]
-        truncated_at = baseline_settings(cfg, args.baseline == "tuned")["max_length"]
+        truncated_at = baseline_settings(cfg, args.baseline)["max_length"]
         print(
             f"baseline: {baseline['words_truncated_as_O']} of {baseline['test_words']} test words lost their "
             f"first sub-token to truncation at {truncated_at} and count as O predictions"
@@ -312,7 +335,7 @@ def main() -> None:
                 *("-" if f1 is None else f"{f1:.4f}" for f1 in type_f1),
             ]
         )
-    if "baseline" in results:
+    if len(results) == 2:
         base, ours = results["baseline"], results["bert-tasks"]
         difference = {
             "corpus": args.corpus,
