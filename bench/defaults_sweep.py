@@ -14,8 +14,8 @@ The protocol (what --table applies):
      mean regret, then the fewer updates), i.e. the one that is never far from each corpus' own best.
 
     python bench/defaults_sweep.py --corpus bc5cdr ncbi_disease --grid lr=5e-5,1e-4,2e-4 \
-        --fixed epochs=10 early_stopping_patience=2 --jobs 2 --json bench/results/defaults_ner.json
-    python bench/defaults_sweep.py --json bench/results/defaults_ner.json --table
+        --fixed epochs=10 early_stopping_patience=2 --cores 0 1 --json bench/results/defaults_ner.json
+    python bench/defaults_sweep.py --json bench/results/defaults_ner*.json --table
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def run_one(
 
 
 def sweep(args: argparse.Namespace) -> None:
-    rows = json.loads(args.json.read_text())["rows"] if args.resume and args.json.exists() else []
+    (path,) = args.json
+    rows = json.loads(path.read_text())["rows"] if args.resume and path.exists() else []
     done = {(r["corpus"], tuple(r["overrides"]), r["seed"]) for r in rows}
     fixed = tuple(args.fixed)
     todo = [
@@ -103,8 +104,8 @@ def sweep(args: argparse.Namespace) -> None:
         if (corpus, candidate + fixed, seed) not in done
     ]
     work = Path(tempfile.mkdtemp(prefix="defaults-sweep-"))
-    cores = list(range(args.jobs)) if args.jobs > 1 else [None]
-    print(f"{cpu_name()} | {len(todo)} runs, {args.jobs} at a time | run dirs in {work}", flush=True)
+    cores = args.cores or [None]
+    print(f"{cpu_name()} | {len(todo)} runs, {len(cores)} at a time | run dirs in {work}", flush=True)
 
     written = threading.Lock()
 
@@ -113,7 +114,7 @@ def sweep(args: argparse.Namespace) -> None:
         row["cpu"] = cpu_name()
         with written:  # one lane at a time rewrites the whole file
             rows.append(row)
-            write_json(args.json, {"rows": rows})
+            write_json(path, {"rows": rows})
         print(
             f"{row['corpus']} {' '.join(row['overrides'])} seed {row['seed']}: validation "
             f"{row['validation']:.4f} at step {row['best_step']} of {row['last_step']} ({row['wall_s']} s)",
@@ -135,9 +136,9 @@ def mean_std(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.2f} ± {100 * spread:.2f}"
 
 
-def table(path: Path) -> None:
+def table(paths: list[Path]) -> None:
     """The sweep's table and the protocol's pick (validation only; test printed for the pick alone)."""
-    rows = json.loads(path.read_text())["rows"]
+    rows = [row for path in paths for row in json.loads(path.read_text())["rows"]]
     corpora = sorted({r["corpus"] for r in rows})
     by = {}
     for row in rows:
@@ -179,8 +180,14 @@ def main() -> None:
     parser.add_argument("--grid", nargs="*", default=["lr=5e-5,1e-4,2e-4"], help="key=v1,v2 axes")
     parser.add_argument("--fixed", nargs="*", default=[], help="key=value set on every run")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each on one core (max 2 here)")
-    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument(
+        "--cores",
+        nargs="*",
+        type=int,
+        default=[],
+        help="one run at a time on each of these cores (default: one run at a time, unpinned)",
+    )
+    parser.add_argument("--json", type=Path, nargs="+", required=True, help="rows (--table: several files)")
     parser.add_argument("--resume", action="store_true", help="skip the runs --json already holds")
     parser.add_argument("--table", action="store_true", help="print the table and the pick from --json")
     args = parser.parse_args()

@@ -230,7 +230,11 @@ class Config:
     save_each_epoch: bool = _key(False, "resumable checkpoint at the end of each epoch")
     keep_checkpoints: int = _key(2, "how many of the newest checkpoints to keep (best/ apart)")
     logging_steps: int = _key(20, "a log record every N updates")
-    early_stopping_patience: int = _key(0, "stop after N evaluations without improvement (0 = off)")
+    early_stopping_patience: int | str = _key(
+        AUTO,
+        "stop after N evaluations in a row without improvement (0 = off; auto = as many as two epochs "
+        "hold: 2 at each epoch's end); with a validation split only, so `epochs` is an upper bound",
+    )
     report_to: str = _key(
         "auto",
         "experiment trackers: auto (tensorboard when installed), none, all (every installed one), or "
@@ -743,7 +747,14 @@ def _validate(cfg: Config) -> None:
         ("eval_every", *_within(cfg.eval_every, 0, MAX_COUNT, "0 = end of each epoch")),
         ("save_every", *_within(cfg.save_every, 0, MAX_COUNT, "0 = off")),
         ("keep_checkpoints", *_within(cfg.keep_checkpoints, 1, MAX_BATCH, "the newest checkpoints kept")),
-        ("early_stopping_patience", *_within(cfg.early_stopping_patience, 0, MAX_COUNT, "0 = off")),
+        (
+            "early_stopping_patience",
+            cfg.early_stopping_patience == AUTO
+            or (
+                isinstance(cfg.early_stopping_patience, int) and 0 <= cfg.early_stopping_patience <= MAX_COUNT
+            ),
+            f"must be >= 0 and <= {MAX_COUNT} (0 = off), or {AUTO}",
+        ),
         ("max_train_samples", *_within(cfg.max_train_samples, 1, MAX_COUNT, "or none")),
         ("max_eval_samples", *_within(cfg.max_eval_samples, 1, MAX_COUNT, "or none")),
         (

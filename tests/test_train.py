@@ -167,6 +167,24 @@ def test_early_stopping_stops_after_patience_evals(tiny_model: Path, tmp_path: P
     assert not (out / "best").exists()
 
 
+@pytest.mark.slow
+def test_auto_patience_is_two_epochs_of_evaluations(
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """early_stopping_patience=auto (the default) with 5 updates an epoch evaluated every 2 updates: ten
+    updates hold 5 evaluations, so the run stops at the 6th (step 12 of 20), best still step 2."""
+    cfg = tiny_config("sentiment", tiny_model, tmp_path / "out", epochs=4, lr=1e-12, eval_every=2)
+    assert cfg.early_stopping_patience == "auto"
+    with caplog.at_level(logging.INFO, logger="bert_tasks"):
+        out = train(cfg)
+    assert [record["step"] for record in read_log(out) if "eval_accuracy" in record] == [2, 4, 6, 8, 10, 12]
+    assert json.loads((out / "metrics.json").read_text())["best_step"] == 2
+    assert (
+        "early stopping: after 5 evaluation(s) without improvement (best checkpoint by accuracy)"
+        in caplog.text
+    )
+
+
 def test_unknown_metric_for_best_is_a_user_error(tiny_model: Path, tmp_path: Path) -> None:
     """A metric name the task does not compute fails with the names it does compute, as the config loads."""
     with pytest.raises(BertTasksError, match=r"metric_for_best='f2'.*accuracy"):

@@ -30,7 +30,7 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from bert_tasks.config import Config, save_config
+from bert_tasks.config import AUTO, Config, save_config
 from bert_tasks.data.batching import eval_loader, train_loader
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import weight_bytes
@@ -84,6 +84,10 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = ".model.tmp"
 #: Keys of a checkpoint's run_state.json that hold the LossWindow, not the RunState.
 _WINDOW_KEYS = ("loss_since_log", "micro_steps_since_log")
+#: `early_stopping_patience=auto`: stop once this many epochs' evaluations bring no improvement. Two, not
+#: one: dev scores wander by about a point from epoch to epoch (BENCHMARKS.md, "Defaults chosen by a
+#: protocol"), and one flat epoch would stop runs that were still learning.
+AUTO_PATIENCE_EPOCHS = 2
 
 
 @dataclass
@@ -312,6 +316,7 @@ class Run:
         self.updates_per_epoch = math.ceil(len(self.train_batches) / cfg.grad_accum)  # per process, sharded
         self.total_updates = cfg.max_steps or max(1, math.ceil(cfg.epochs * self.updates_per_epoch))
         self.eval_every = self._evaluation_interval()
+        self.patience = self._patience()
         # Accelerate's scheduler wrapper steps once per process per update, hence the factor.
         processes = accelerator.num_processes
         warmup = int(cfg.warmup_ratio * self.total_updates) * processes
@@ -336,6 +341,15 @@ class Run:
             )
             return 0
         return every
+
+    def _patience(self) -> int:
+        """`early_stopping_patience` in evaluations; auto: as many as `AUTO_PATIENCE_EPOCHS` epochs hold,
+        so a run evaluated every few hundred updates is not stopped by one noisy stretch of them."""
+        given = self.cfg.early_stopping_patience
+        if given != AUTO:
+            return given
+        per_epoch = self.updates_per_epoch / self.eval_every if self.eval_every else 1
+        return max(AUTO_PATIENCE_EPOCHS, math.ceil(AUTO_PATIENCE_EPOCHS * per_epoch))
 
     def _resume(self) -> None:
         """Restore model, optimizer, scheduler, RNG states, the run's state and its unlogged loss."""
@@ -393,6 +407,9 @@ class Run:
         logger.info(f"word-embedding gradient: {gradient}")
         if self.class_weights is not None:
             logger.info(self.class_weights.describe())
+        if self.eval_batches is not None:
+            stopping = f"after {self.patience} evaluation(s) without improvement" if self.patience else "off"
+            logger.info(f"early stopping: {stopping} (best checkpoint by {self.metric_name})")
 
     # The loop.
 
@@ -536,8 +553,7 @@ class Run:
 
     def _out_of_patience(self) -> bool:
         """Early stopping: `early_stopping_patience` evaluations in a row without improvement."""
-        patience = self.cfg.early_stopping_patience
-        return bool(patience) and self.state.evals_without_improvement >= patience
+        return bool(self.patience) and self.state.evals_without_improvement >= self.patience
 
     def _scores(self, loader: Any, split: str, calibrate: bool = False) -> dict[str, Any]:
         """The task's scores on one split; a model whose outputs hold NaN/inf has diverged. `calibrate`:

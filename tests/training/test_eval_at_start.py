@@ -34,6 +34,7 @@ def test_step_0_is_scored_and_a_run_that_improves_keeps_its_later_best(
         lr=1e-3,
         validation_file=DATA["sentiment"][0],
         eval_at_start=True,
+        early_stopping_patience=0,  # it sits at chance for epochs before it fits
     )
     out = train(cfg)
     found = scores(out)
@@ -59,6 +60,7 @@ def test_a_run_that_only_spoils_the_model_ends_with_the_weights_it_started_from(
         lr=1.0,
         validation_file=DATA["sentiment"][0],
         eval_at_start=at_start,
+        early_stopping_patience=0,  # every spoiled step is scored
     )
     out = train(cfg)
     found = scores(out)
