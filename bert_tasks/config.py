@@ -42,7 +42,8 @@ TRACKERS = ("tensorboard", "wandb", "mlflow")
 #: What `report_to` takes alone: tensorboard when installed, every installed tracker, none.
 REPORT_TO_WORDS = ("auto", "all", "none")
 #: `class_weights=auto`: weights from the training labels' counts (bert_tasks/training/class_weights.py);
-#: `validation_split=auto`: a share of train when no validation set is given (data/validation_split.py).
+#: `validation_split=auto`: a share of train when no validation set is given (data/validation_split.py);
+#: `early_stopping_patience=auto`: the evaluations two epochs hold (training/run.py).
 AUTO = "auto"
 #: BERT's learned position embeddings stop at 512.
 MAX_POSITIONS = 512

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 
 #: The `validation_split` value that carves `AUTO_SHARE` when no validation set is given (config.AUTO,
-#: spelled here too: config imports no data module, so the CLI starts without numpy).
+#: spelled here too: config imports the tasks, which import this module, so it cannot import config).
 AUTO = "auto"
 #: `validation_split=auto`: the share carved when no validation set is given. A tenth is what a model
 #: selection needs on a few thousand rows (hundreds of sentences to score) and costs a tenth of the data.
