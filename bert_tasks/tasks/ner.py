@@ -258,8 +258,8 @@ class NerTask(Task):
 
     name = "ner"
     head = "AutoModelForTokenClassification"
-    # lr and epochs: chosen on BC5CDR's and NCBI-disease's dev sets by bench/defaults_sweep.py's protocol
-    # (BENCHMARKS.md, "Defaults chosen by a protocol"); epochs is an upper bound under early stopping.
+    # epochs chosen (and lr kept) on BC5CDR's and NCBI-disease's dev sets by bench/defaults_sweep.py's
+    # protocol (BENCHMARKS.md, "Defaults chosen by a protocol"); an upper bound under early stopping.
     config_defaults: ClassVar[dict[str, Any]] = {
         "lr": 1e-4,
         "epochs": 5.0,

@@ -62,7 +62,7 @@ def train(cfg: Config, data: Any = None) -> Path:
         foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
         check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
         check_prune_heads(cfg)
-        raw, cfg = read_training_splits(task, cfg, data)  # validation_split=auto settled into a share
+        raw, cfg = read_training_splits(task, cfg, data)  # an auto split that carved is named by its share
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
         if cfg.eval_at_start and "validation" not in raw:
