@@ -10,7 +10,6 @@ of them is answered in a second, and leaves the output dir as it was.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from bert_tasks.data.in_memory import split_data
 from bert_tasks.data.splits import read_training_splits, without_demo_files
-from bert_tasks.data.validation_split import AUTO, AUTO_MIN_ROWS
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import check_model_name
 from bert_tasks.pruning.heads import check_removable, heads_by_layer, read_shape
@@ -33,8 +31,6 @@ if TYPE_CHECKING:
     from bert_tasks.config import Config
     from bert_tasks.tasks.base import Task
     from bert_tasks.training.run import Run
-
-logger = logging.getLogger(__name__)
 
 
 def train(cfg: Config, data: Any = None) -> Path:
@@ -69,13 +65,6 @@ def train(cfg: Config, data: Any = None) -> Path:
             raise BertTasksError(
                 "eval_at_start=true: no validation split to score the model on before training; give "
                 "validation_file= (or validation_split=), or drop eval_at_start"
-            )
-        if "validation" not in raw and cfg.validation_split == AUTO:
-            logger.info(
-                "validation_split=auto: %d training row(s) are too few to carve a validation set from "
-                "(fewer than %d); every row trains and the last step's model is kept",
-                len(raw["train"]),
-                AUTO_MIN_ROWS,
             )
         inferred = task.infer_options(raw["train"], cfg)
         if inferred:  # saved in recipe.yaml and the model's policy like options the user gave

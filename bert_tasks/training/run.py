@@ -32,6 +32,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from bert_tasks.config import AUTO, Config, save_config
 from bert_tasks.data.batching import eval_loader, train_loader
+from bert_tasks.data.validation_split import AUTO_MIN_ROWS
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import weight_bytes
 from bert_tasks.inference.windows import collect_window_logits
@@ -410,6 +411,12 @@ class Run:
         if self.eval_batches is not None:
             stopping = f"after {self.patience} evaluation(s) without improvement" if self.patience else "off"
             logger.info(f"early stopping: {stopping} (best checkpoint by {self.metric_name})")
+        elif self.cfg.validation_split == AUTO:  # said here, not at the read: a refusal stays one line
+            logger.info(
+                f"validation_split=auto: {len(self.raw['train'])} training row(s) are too few to carve a "
+                f"validation set from (fewer than {AUTO_MIN_ROWS}); every row trains and the last step's "
+                "model is kept"
+            )
 
     # The loop.
 
