@@ -279,6 +279,7 @@ class Run:
         """
         self.recipe = replace(
             self.cfg,
+            validation_split=self._recorded_validation_split(),
             resume=False,
             overwrite=False,
             mixed_precision=self.accelerator.mixed_precision,
@@ -294,6 +295,14 @@ class Run:
                 notes = [versions_note(self.versions), *in_memory_note(self.data_sources)]
                 notes += [self.class_weights.describe()] if self.class_weights is not None else []
                 save_config(self.recipe, self.output_dir / "recipe.yaml", notes)
+
+    def _recorded_validation_split(self) -> float | str | None:
+        """recipe.yaml's `validation_split`: none for an auto that found no validation set and carved
+        none (too few rows), so a later `prune` or `compress` on the model dir refuses at its plan check
+        instead of finding no validation split half-way; a share carved is already a number here."""
+        if self.cfg.validation_split == AUTO and "validation" not in self.raw:
+            return None
+        return self.cfg.validation_split
 
     def _prepare_training(self) -> None:
         cfg, accelerator = self.cfg, self.accelerator

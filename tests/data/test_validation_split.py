@@ -247,3 +247,13 @@ def test_a_run_given_only_train_picks_its_best_on_a_carved_tenth(tiny_model: Pat
     assert "validation" in metrics and metrics["best_step"] > 0
     assert load_recipe(run / "recipe.yaml", task="sentiment").validation_split == 0.1
     assert f"`{train_file}`, 0.1 of its rows carved by `validation_split`" in (run / "README.md").read_text()
+
+
+@pytest.mark.usefixtures("single_thread")
+@pytest.mark.slow
+def test_an_auto_that_carved_nothing_is_recorded_as_none(tiny_model: Path, tmp_path: Path) -> None:
+    # Recorded as auto, a later prune on the model dir would pass its plan check and find no validation set.
+    train_file = many(tmp_path, 40)
+    cfg = tiny_config("sentiment", tiny_model, tmp_path / "run", train_file=str(train_file))
+    run = train(replace(cfg, validation_file=None, validation_split="auto"))
+    assert load_recipe(run / "recipe.yaml", task="sentiment").validation_split is None
