@@ -22,6 +22,7 @@ from bert_tasks.data import splits as split_rule
 from bert_tasks.data.validation_split import carve_validation
 from bert_tasks.errors import BertTasksError
 from bert_tasks.insight.data_report import data_report
+from bert_tasks.pruning.plan import plan_pruning
 from bert_tasks.tasks import get_task
 from bert_tasks.tasks.sentiment import SentimentTask
 from bert_tasks.training import train
@@ -257,3 +258,5 @@ def test_an_auto_that_carved_nothing_is_recorded_as_none(tiny_model: Path, tmp_p
     cfg = tiny_config("sentiment", tiny_model, tmp_path / "run", train_file=str(train_file))
     run = train(replace(cfg, validation_file=None, validation_split="auto"))
     assert load_recipe(run / "recipe.yaml", task="sentiment").validation_split is None
+    with pytest.raises(BertTasksError, match=r"recipe.yaml: no validation data to score the heads on"):
+        plan_pruning("sentiment", run, "1")
