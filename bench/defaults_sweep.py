@@ -17,6 +17,8 @@ The protocol (what --table applies):
         --fixed epochs=10 early_stopping_patience=2 --cores 0 1 --json bench/results/defaults_ner.json
     python bench/defaults_sweep.py --table --json bench/results/defaults_ner.json   # seed 42 only: a pick's
     # seeds in the same table would be a 3-seed mean against 1-seed rows
+    python bench/defaults_sweep.py --table --json bench/results/defaults_ner_e5_conll2003.json \
+        --anchor bench/results/trainer_defaults_conll2003_s*.json   # beside a Trainer's
 """
 
 from __future__ import annotations
@@ -137,8 +139,9 @@ def mean_std(values: list[float]) -> str:
     return f"{100 * statistics.mean(values):.2f} ± {100 * spread:.2f}"
 
 
-def table(paths: list[Path]) -> None:
-    """The sweep's table and the protocol's pick (validation only; test printed for the pick alone)."""
+def table(paths: list[Path], anchors: list[Path]) -> None:
+    """The sweep's table and the protocol's pick (validation only; test printed for the pick alone, beside
+    the anchor's test scores when `anchors` names bench/finetune_ner.py JSONs of its baseline)."""
     rows = [row for path in paths for row in json.loads(path.read_text())["rows"]]
     corpora = sorted({r["corpus"] for r in rows})
     by = {}
@@ -170,7 +173,29 @@ def table(paths: list[Path]) -> None:
         for corpus in corpora:
             tests = [r["test"] for r in by[pick, corpus] if r["test"] is not None]
             if tests:
-                print(f"  {corpus} test (held out, never used to choose): {mean_std(tests)}")
+                seeds = f"{len(tests)} seed(s)"
+                print(f"  {corpus} test (held out, never used to choose): {mean_std(tests)} ({seeds})")
+                print_anchor(corpus, tests, anchor_rows(anchors, corpus))
+
+
+def anchor_rows(paths: list[Path], corpus: str) -> list[dict[str, Any]]:
+    """The baseline rows of bench/finetune_ner.py JSONs for `corpus` (one file a seed)."""
+    rows = [row for path in paths for row in json.loads(path.read_text())]
+    return [row for row in rows if row["corpus"] == corpus and row["impl"] == "baseline"]
+
+
+def print_anchor(corpus: str, tests: list[float], anchor: list[dict[str, Any]]) -> None:
+    """The anchor's test F1 and the pick's margin over it, in points (issue #17 item 3 asks +1.5)."""
+    if not anchor:
+        return
+    kinds = sorted({row.get("baseline", "?") for row in anchor})
+    seeds = sorted(row.get("seed", "?") for row in anchor)
+    scores = [row["f1"] for row in anchor]
+    margin = 100 * (statistics.mean(tests) - statistics.mean(scores))
+    print(
+        f"  {corpus} anchor, a Trainer ({', '.join(kinds)}), test: {mean_std(scores)} (seeds {seeds}); "
+        f"the pick's margin {margin:+.2f} points"
+    )
 
 
 def main() -> None:
@@ -191,9 +216,16 @@ def main() -> None:
     parser.add_argument("--json", type=Path, nargs="+", required=True, help="rows (--table: several files)")
     parser.add_argument("--resume", action="store_true", help="skip the runs --json already holds")
     parser.add_argument("--table", action="store_true", help="print the table and the pick from --json")
+    parser.add_argument(
+        "--anchor",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="--table: bench/finetune_ner.py JSONs whose baseline the pick's test scores are set beside",
+    )
     args = parser.parse_args()
     if args.table:
-        table(args.json)
+        table(args.json, args.anchor)
     else:
         sweep(args)
 

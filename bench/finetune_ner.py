@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 from common import (
+    cpu_name,
     machine_line,
     quiet,
     ratio,
@@ -321,7 +322,9 @@ def main() -> None:
     )
     rows = []
     for name, result in results.items():
-        rows.append({"corpus": args.corpus, "impl": name, **result})
+        kind = {"baseline": args.baseline} if name == "baseline" else {}
+        row = {"corpus": args.corpus, "impl": name, **kind, "seed": args.seed, "cpu": cpu_name()}
+        rows.append({**row, **result})
         type_f1 = [result["per_type"].get(t, {}).get("f1") for t in types]
         table_row(
             [

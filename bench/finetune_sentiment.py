@@ -19,12 +19,19 @@ model: that counts against it). Accuracy: scikit-learn's accuracy_score on the d
 An untimed warm-up round on 64 rows comes first (--warmup-rows), so the one-off costs of a fresh process
 do not all land on whichever implementation runs first; --repeats N interleaves N timed rounds (median).
 
-Quality mode (--quality): bert-tasks alone on all of SST-2 with the recipe's defaults: wall time, dev
-accuracy and macro-F1. Run from the repo root (the recipe's data paths are relative to it):
+Quality mode (--quality): on all of SST-2, wall time, dev accuracy and macro-F1 of
+  bert-tasks        the recipe as shipped (--set overrides it), dev held out as its test split
+  trainer-defaults  a Trainer at TrainingArguments' own defaults (batch 8, lr 5e-5, 3 epochs, no warmup,
+                    no weight decay, random batches; dynamic padding; bf16 as on bert-tasks' side), trained
+                    on every train row and scored on dev once: the anchor of issue #17 item 3
+(--impls picks; default bert-tasks; --seed seeds both). Run from the repo root (the recipe's data paths
+are relative to it):
 
     python bench/finetune_sentiment.py --json bench/results/finetune_sentiment.json
     python bench/finetune_sentiment.py --train-samples 64 --max-eval-samples 32      # smoke test
     python bench/finetune_sentiment.py --quality --json bench/results/finetune_sentiment_quality.json
+    python bench/finetune_sentiment.py --quality --impls trainer-defaults --seed 43 \
+        --json bench/results/trainer_defaults_sst2_s43.json
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 
 import numpy as np
 from common import (
+    cpu_name,
     machine_line,
     median,
     quiet,
@@ -50,7 +58,7 @@ from common import (
     write_json,
 )
 from datasets import Dataset
-from sklearn.metrics import accuracy_score
+from sklearn.metrics import accuracy_score, f1_score
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -65,6 +73,8 @@ from bert_tasks.modeling.load import resolve_model_path
 from bert_tasks.runtime import reuse_freed_memory
 
 TRAINERS = ("trainer-default", "trainer-tuned")
+#: What quality mode runs: bert-tasks' recipe, and a Trainer at its own defaults on the same data.
+QUALITY_IMPLS = ("bert-tasks", "trainer-defaults")
 #: bert-tasks as shipped, with torch's dense word-embedding gradient (the `embedding_grad` lever alone), and
 #: with its word embeddings frozen (an opt-in lever that changes what is learned).
 BERT_TASKS = {
@@ -72,17 +82,35 @@ BERT_TASKS = {
     "bert-tasks-dense-grad": ["embedding_grad=dense"],
     "bert-tasks-frozen-embeddings": ["freeze_embeddings=true"],
 }
-IMPLEMENTATIONS = (*TRAINERS, *BERT_TASKS)
+SPEED_IMPLS = (*TRAINERS, *BERT_TASKS)
+IMPLEMENTATIONS = (*SPEED_IMPLS, "trainer-defaults")
 #: run_glue.py's --max_seq_length default, to which trainer-default pads every row.
 PAD_TO = 128
 
 
+def trainer_settings(name: str) -> dict[str, Any]:
+    """TrainingArguments of each Trainer: speed mode's two (1 epoch, batch 32, lr 5e-5), and quality
+    mode's at TrainingArguments' own defaults but bf16 (the arithmetic bert-tasks and the NER anchor of
+    bench/finetune_ner.py --baseline defaults run)."""
+    if name == "trainer-defaults":
+        return {"bf16": True}
+    speed_mode = {
+        "num_train_epochs": 1,
+        "per_device_train_batch_size": 32,
+        "learning_rate": 5e-5,
+        "optim": "adamw_torch_fused",
+    }
+    if name == "trainer-tuned":
+        return {**speed_mode, "bf16": True, "train_sampling_strategy": "group_by_length"}
+    return speed_mode
+
+
 def run_trainer(name: str, cfg: Config, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """One Trainer run from the TSV files to dev accuracy; returns loop and total seconds and accuracy."""
-    tuned = name == "trainer-tuned"
+    tuned = name != "trainer-default"  # dynamic padding; run_glue.py's trainer-default pads to 128
     model_dir = resolve_model_path(cfg.model)
 
-    def run() -> tuple[float, float]:
+    def run() -> tuple[dict[str, float], float]:
         label_names = list(cfg.label_names or ["0", "1"])
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         padding = {} if tuned else {"padding": "max_length"}
@@ -94,24 +122,20 @@ def run_trainer(name: str, cfg: Config, args: argparse.Namespace, tmp: Path) -> 
 
         train_set = encode(cfg.train_file, args.train_samples)
         dev_set = encode(dev_file(cfg), args.max_eval_samples)
-        set_seed(42)  # the new classifier head's initialisation
+        set_seed(args.seed)  # the new classifier head's initialisation
         model = AutoModelForSequenceClassification.from_pretrained(
             model_dir,
             num_labels=len(label_names),
             id2label=dict(enumerate(label_names)),
             label2id={label: i for i, label in enumerate(label_names)},
         )
-        tuning = {"bf16": True, "train_sampling_strategy": "group_by_length"} if tuned else {}
         trainer = Trainer(
             model=model,
             args=training_args(
                 tmp / name,
-                num_train_epochs=1,
-                per_device_train_batch_size=32,
+                seed=args.seed,
                 per_device_eval_batch_size=cfg.eval_batch_size,
-                learning_rate=5e-5,
-                optim="adamw_torch_fused",
-                **tuning,
+                **trainer_settings(name),
             ),
             train_dataset=train_set,
             data_collator=DataCollatorWithPadding(tokenizer) if tuned else default_data_collator,
@@ -120,10 +144,15 @@ def run_trainer(name: str, cfg: Config, args: argparse.Namespace, tmp: Path) -> 
         # Score against the label_ids predict() returns with the logits: they come in the same order even
         # if the eval dataloader does not keep the dataset's (group_by_length may reorder it).
         output = trainer.predict(dev_set)
-        return float(accuracy_score(output.label_ids, np.argmax(output.predictions, axis=-1))), loop_seconds
+        predicted = np.argmax(output.predictions, axis=-1)
+        scores = {
+            "accuracy": float(accuracy_score(output.label_ids, predicted)),
+            "macro_f1": float(f1_score(output.label_ids, predicted, average="macro")),
+        }
+        return scores, loop_seconds
 
-    (accuracy, loop_seconds), total_seconds = timed(run)
-    return {"loop_s": loop_seconds, "total_s": total_seconds, "accuracy": accuracy}
+    (scores, loop_seconds), total_seconds = timed(run)
+    return {"loop_s": loop_seconds, "total_s": total_seconds, **scores}
 
 
 def dev_file(cfg: Config) -> str:
@@ -249,8 +278,50 @@ def quality(args: argparse.Namespace) -> list[dict[str, Any]]:
     overrides = [f"max_train_samples={args.train_samples}"] if args.train_samples is not None else []
     if args.max_eval_samples is not None:
         overrides.append(f"max_eval_samples={args.max_eval_samples}")
+    overrides.append(f"seed={args.seed}")
+    print(f"SST-2 fine-tuning quality: {args.recipe} {' '.join(overrides + args.set)} | {machine_line()}")
+    table_header(["impl", "wall s", "selected on", "selection acc", "dev acc", "dev macro-F1", "best step"])
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        run = run_bert_tasks(args, overrides, Path(tmp))
+        for name in args.impls:
+            if name == "bert-tasks":
+                row = bert_tasks_quality(run_bert_tasks(args, overrides, Path(tmp)), args, overrides)
+            else:
+                row = trainer_quality(name, args, Path(tmp))
+            rows.append({**row, "seed": args.seed, "cpu": cpu_name()})
+            table_row(
+                [
+                    name,
+                    f"{row['wall_s']:.0f}",
+                    row["selected_on"],
+                    "-" if row["selection_accuracy"] is None else f"{row['selection_accuracy']:.4f}",
+                    f"{row['dev_accuracy']:.4f}",
+                    f"{row['dev_macro_f1']:.4f}",
+                    row["best_step"],
+                ]
+            )
+    return rows
+
+
+def trainer_quality(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """A Trainer on every train row the recipe names (capped by --train-samples), its last weights scored
+    on dev: no model selection, as a Trainer at its defaults has none."""
+    cfg = load_recipe(args.recipe)
+    run = run_trainer(name, cfg, args, tmp)
+    return {
+        "impl": name,
+        "settings": trainer_settings(name),
+        "wall_s": round(run["total_s"], 1),
+        "selected_on": "none (last step)",
+        "selection_accuracy": None,
+        "dev_accuracy": round(run["accuracy"], 4),
+        "dev_macro_f1": round(run["macro_f1"], 4),
+        "best_step": "last",
+    }
+
+
+def bert_tasks_quality(run: dict[str, Any], args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
+    """bert-tasks' row from its metrics.json: dev as held out (its test split) where the recipe says so."""
     metrics = run["metrics"]
     # The recipe picks its checkpoint on `validation` (a split of train) and holds dev out as `test`; a
     # recipe without a test split selects on dev itself, which the row then says.
@@ -266,20 +337,7 @@ def quality(args: argparse.Namespace) -> list[dict[str, Any]]:
         "dev_macro_f1": round(dev["macro_f1"], 4),
         "best_step": metrics["best_step"],
     }
-    print(f"SST-2 fine-tuning quality: {args.recipe} {' '.join(row['overrides'])} | {machine_line()}")
-    table_header(["impl", "wall s", "selected on", "selection acc", "dev acc", "dev macro-F1", "best step"])
-    table_row(
-        [
-            "bert-tasks",
-            f"{row['wall_s']:.0f}",
-            row["selected_on"],
-            f"{row['selection_accuracy']:.4f}",
-            f"{row['dev_accuracy']:.4f}",
-            f"{row['dev_macro_f1']:.4f}",
-            row["best_step"],
-        ]
-    )
-    return [row]
+    return row
 
 
 def main() -> None:
@@ -295,7 +353,14 @@ def main() -> None:
         "--train-samples", type=int, help="first N training rows (speed mode default 4000; quality: all)"
     )
     parser.add_argument("--max-eval-samples", type=int, help="first N dev rows (default: all 872)")
-    parser.add_argument("--impls", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS)
+    parser.add_argument(
+        "--impls",
+        nargs="+",
+        choices=IMPLEMENTATIONS,
+        help=f"speed mode: of {', '.join(SPEED_IMPLS)} (default: all); "
+        f"quality mode: of {', '.join(QUALITY_IMPLS)} (default: bert-tasks)",
+    )
+    parser.add_argument("--seed", type=int, default=42, help="every implementation's seed")
     parser.add_argument("--repeats", type=int, default=1, help="speed mode: runs per implementation (median)")
     parser.add_argument(
         "--warmup-rows", type=int, default=64, help="speed mode: untimed warm-up round on N rows (0: none)"
@@ -307,6 +372,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
     quiet()
+    allowed = QUALITY_IMPLS if args.quality else SPEED_IMPLS
+    args.impls = args.impls or (["bert-tasks"] if args.quality else list(allowed))
+    if not set(args.impls) <= set(allowed):
+        parser.error(f"--impls: {'quality' if args.quality else 'speed'} mode runs {', '.join(allowed)}")
     if args.quality:
         rows = quality(args)
     else:
