@@ -189,7 +189,7 @@ def print_anchor(corpus: str, tests: list[float], anchor: list[dict[str, Any]]) 
     if not anchor:
         return
     kinds = sorted({row.get("baseline", "?") for row in anchor})
-    seeds = sorted(row.get("seed", "?") for row in anchor)
+    seeds = ", ".join(sorted(str(row.get("seed", "?")) for row in anchor))  # ?: written before they said
     scores = [row["f1"] for row in anchor]
     margin = 100 * (statistics.mean(tests) - statistics.mean(scores))
     print(
