@@ -107,13 +107,13 @@ def trainer_settings(name: str) -> dict[str, Any]:
 
 def run_trainer(name: str, cfg: Config, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """One Trainer run from the TSV files to dev accuracy; returns loop and total seconds and accuracy."""
-    tuned = name != "trainer-default"  # dynamic padding; run_glue.py's trainer-default pads to 128
+    dynamic_padding = name != "trainer-default"  # run_glue.py's trainer-default pads every row to 128
     model_dir = resolve_model_path(cfg.model)
 
     def run() -> tuple[dict[str, float], float]:
         label_names = list(cfg.label_names or ["0", "1"])
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        padding = {} if tuned else {"padding": "max_length"}
+        padding = {} if dynamic_padding else {"padding": "max_length"}
 
         def encode(path: str, limit: int | None) -> Dataset:
             rows = read_tsv(path, cfg.text_column, cfg.label_column, limit)
@@ -138,7 +138,7 @@ def run_trainer(name: str, cfg: Config, args: argparse.Namespace, tmp: Path) -> 
                 **trainer_settings(name),
             ),
             train_dataset=train_set,
-            data_collator=DataCollatorWithPadding(tokenizer) if tuned else default_data_collator,
+            data_collator=DataCollatorWithPadding(tokenizer) if dynamic_padding else default_data_collator,
         )
         _, loop_seconds = timed(trainer.train)
         # Score against the label_ids predict() returns with the logits: they come in the same order even

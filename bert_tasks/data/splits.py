@@ -41,7 +41,8 @@ def read_splits(task: Task, cfg: Config, data: Any = None) -> dict[str, Dataset]
 
 def read_training_splits(task: Task, cfg: Config, data: Any = None) -> tuple[dict[str, Dataset], Config]:
     """`read_splits`, and `cfg` with the share `validation_split=auto` carved, when it carved one: the saved
-    recipe and the model card name the share (an auto that carved nothing stays auto).
+    recipe and the model card name the share (an auto that carved nothing stays auto here; recipe.yaml
+    records it as none, `Run._recorded_validation_split`).
 
     Raises:
         BertTasksError: As `read_splits`.
