@@ -178,6 +178,11 @@ class Config:
         0.1, "share of the updates spent warming the learning rate up, then linear decay"
     )
     weight_decay: float = _key(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
+    layer_lr_decay: float = _key(
+        1.0,
+        "learning-rate factor per layer down from the head (1 = off; 0.8: the last layer at 0.8 lr, the "
+        "embeddings at 0.8^(layers+1) lr)",
+    )
     grad_accum: int = _key(1, "micro-batches accumulated per optimizer update")
     max_grad_norm: float = _key(1.0, "gradient clipping norm (0 = no clipping)")
     freeze_embeddings: bool = _key(
@@ -724,6 +729,7 @@ def _validate(cfg: Config) -> None:
             f"must be one of {', '.join(MIXED_PRECISION)}",
         ),
         ("weight_decay", cfg.weight_decay >= 0, "must be >= 0"),
+        ("layer_lr_decay", 0 < cfg.layer_lr_decay <= 1, "must be in (0, 1] (1 = the same lr everywhere)"),
         ("max_grad_norm", cfg.max_grad_norm >= 0, "must be >= 0 (0 = no clipping)"),
         (
             "embedding_grad",

@@ -67,6 +67,7 @@ from bert_tasks.training.checkpoints import (
 from bert_tasks.training.class_weights import resolve_class_weights
 from bert_tasks.training.gradients import GradientBook
 from bert_tasks.training.objectives import TaskLoss
+from bert_tasks.training.optimizer import adamw
 from bert_tasks.training.output_dir import OutputDir
 from bert_tasks.training.stopping import StopSignals, TrainingInterrupted
 from bert_tasks.training.together import failing_together
@@ -311,7 +312,7 @@ class Run:
             self.encoded["train"], self.collate, cfg.batch_size, cfg.seed, accelerator.num_processes
         )
         self.model, self.optimizer, self.train_batches = accelerator.prepare(
-            self.model, _adamw(self.model, cfg), batches
+            self.model, adamw(self.model, cfg.lr, cfg.weight_decay, cfg.layer_lr_decay), batches
         )
         # One process only: DDP, FSDP and DeepSpeed reduce and clip gradients their own way (gradients.py).
         single = accelerator.distributed_type == DistributedType.NO
@@ -752,18 +753,6 @@ def _omp_waits() -> str:
     """How idle OpenMP threads wait (`runtime.wait_passively`): the start line says it, since a spinning
     wait on cores other processes use slows a run severalfold."""
     return "passive" if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" else "spinning"
-
-
-def _adamw(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
-    """AdamW without decay on biases and LayerNorm weights (BERT's recipe), fused kernel where available."""
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (no_decay if param.ndim < 2 else decay).append(param)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # The fused kernel is one op per step instead of several per parameter: ~110 ms -> ~17 ms per step
-    # for MiniLM on two CPU cores, which matters when steps on short sentences take ~100 ms.
-    return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
 
 
 def _prefixed(scores: dict[str, Any], prefix: str) -> dict[str, float]:
