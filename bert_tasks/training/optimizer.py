@@ -24,15 +24,16 @@ _EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
 def layer_depths(model: torch.nn.Module) -> tuple[dict[str, int], int]:
     """Each trainable parameter's depth: 0 for the embeddings, i + 1 for transformer block i, and the top
     (number of blocks + 1) for everything above them (pooler, classifier, CRF); and that top depth."""
-    names = [name for name, param in model.named_parameters() if param.requires_grad]
-    blocks = {int(m.group(1)) for name in names if (m := _LAYER.search(name))}
-    top = max(blocks, default=-1) + 2
-    depths = {}
-    for name in names:
-        if block := _LAYER.search(name):
-            depths[name] = int(block.group(1)) + 1
-        else:
-            depths[name] = 0 if _EMBEDDINGS.search(name) else top
+    blocks = {}  # parameter name -> its block's index, or None outside the blocks
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            block = _LAYER.search(name)
+            blocks[name] = int(block.group(1)) if block else None
+    top = max((i for i in blocks.values() if i is not None), default=-1) + 2
+    depths = {
+        name: block + 1 if block is not None else 0 if _EMBEDDINGS.search(name) else top
+        for name, block in blocks.items()
+    }
     return depths, top
 
 
