@@ -53,6 +53,28 @@ def predict_across_processes(
     # cpu=True where there is no accelerator: else CPU processes would each predict everything alone
     # rather than join one gloo process group (as Run.setup does for training).
     state = PartialState(cpu=not torch.accelerator.is_available())
+    try:
+        written = _predict_rounds(
+            state, open_predictor, records, out_path, input_path, total, max_texts, max_chars
+        )
+    finally:
+        # Ended here rather than by gloo's destructor at exit: a process leaving with its group alive
+        # while another still works was seen to abort ("terminate called without an active exception").
+        state.destroy_process_group()
+    return written
+
+
+def _predict_rounds(
+    state: PartialState,
+    open_predictor: Callable[[], Predictor],
+    records: Iterable[Record],
+    out_path: str | Path,
+    input_path: str | None,
+    total: int | None,
+    max_texts: int,
+    max_chars: int,
+) -> int | None:
+    """The rounds of chunks, predicted by every process and written by the main one."""
     main = state.is_main_process
     with ExitStack() as stack:
         with failing_together(state, "loading the model or opening --out"):
@@ -75,10 +97,11 @@ def predict_across_processes(
             bar.update(size)
         if seen == 0:
             raise BertTasksError("nothing to predict: the input holds no text")
-        if out is None:
-            return None
-        out.finish()
-        return out.written
+        # Also the launch's last meeting: nobody leaves before the main process has moved OUT into place.
+        with failing_together(state, f"moving {out_path} into place"):
+            if out is not None:
+                out.finish()
+        return out.written if out is not None else None
 
 
 def _rounds(items: Iterable[T], size: int) -> Iterator[list[T]]:
