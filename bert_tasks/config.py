@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from bert_tasks.data.columns import DEFAULT_LABEL, DEFAULT_TEXT
+from bert_tasks.data.document_context import MAX_CONTEXT_WORDS
 from bert_tasks.data.word_splitters import splitter_problem
 from bert_tasks.errors import BertTasksError
 from bert_tasks.pruning.heads import HEAD_ITEM
@@ -161,6 +162,12 @@ class Config:
         "NER: how raw text is cut into words at prediction (and texts with spans when read): default, ptb, "
         "social, whitespace or regex:<pattern>; none = what reproduces the training tokens best (else "
         "default); saved with the model",
+    )
+    document_context: int | str = _key(
+        AUTO,
+        "NER: words of the same document put on each side of a sentence as unlabelled context, for files "
+        "that mark documents (CoNLL's -DOCSTART-); 0 = off; auto = 16 when the training file marks them, "
+        "else 0; saved with the model",
     )
     class_weights: list[float] | str | None = dataclasses.field(
         default=None,
@@ -748,6 +755,12 @@ def _validate(cfg: Config) -> None:
             f"must be one of {', '.join(ATTENTION_DIRECTIONS)}",
         ),
         ("word_splitter", splitter_problem(cfg.word_splitter) is None, splitter_problem(cfg.word_splitter)),
+        (
+            "document_context",
+            cfg.document_context == AUTO
+            or (isinstance(cfg.document_context, int) and 0 <= cfg.document_context <= MAX_CONTEXT_WORDS),
+            f"must be >= 0 and <= {MAX_CONTEXT_WORDS} (words each side; 0 = off), or {AUTO}",
+        ),
         ("conll_tag_index", *_within(cfg.conll_tag_index, -MAX_CONLL_COLUMN, MAX_CONLL_COLUMN, "-1 = last")),
         ("seed", *_within(cfg.seed, 0, MAX_SEED, "numpy's seed range")),
         ("threads", *_within(cfg.threads, 1, MAX_THREADS, "or none")),

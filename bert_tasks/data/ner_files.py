@@ -2,7 +2,8 @@
 
 Every reader returns a `datasets.Dataset` with `tokens` (list[str]), `tags` (list[str], BIO) and
 `repaired_tags` (how many of the row's tags the reader repaired, see below: what `debug data` counts);
-the character-span reader also keeps `text` and `word_offsets` so predictions map back onto the raw string.
+the character-span reader also keeps `text` and `word_offsets` so predictions map back onto the raw string,
+and the CoNLL reader `context_before`/`context_after` when the file marks its documents.
 
 Gold tags are BIO (IOB2). A stray `I-X` (after `O`, after another type, or first in a sentence) is
 *repaired* to `B-X` rather than rejected: that is how seqeval's default mode and conlleval read such a
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bert_tasks.data.document_context import AFTER, BEFORE, document_contexts
 from bert_tasks.data.files import (
     check_text,
     check_text_record,
@@ -183,8 +185,9 @@ def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     Columns are tab-separated when the line has a tab (tokens may then contain spaces), otherwise
     separated by runs of ASCII spaces (CoNLL-2003's `token POS chunk NER`); a no-break space or other
     non-ASCII whitespace is part of a token, never a separator. Blank lines (nothing visible: whitespace,
-    control and format characters only) end a sentence; `-DOCSTART-` lines are document markers and are
-    skipped.
+    control and format characters only) end a sentence; `-DOCSTART-` lines are document markers: a
+    file that has them gets each sentence's neighbours in its document as two more columns
+    (`data/document_context.py`).
     """
     path = Path(path)
     return _conll_dataset(path, read_utf8(path), tag_index)
@@ -197,6 +200,8 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
     tokens: list[list[str]] = []
     tags: list[list[str]] = []
     repaired_tags: list[int] = []
+    documents: list[int] = []  # per sentence: how many -DOCSTART- lines came before it
+    document = 0
     sentence: list[str] = []
     sentence_tags: list[str] = []
     where: list[str] = []
@@ -208,6 +213,7 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
             tokens.append(list(sentence))
             tags.append(fixed)
             repaired_tags.append(len(repaired))
+            documents.append(document)
         sentence.clear()
         sentence_tags.clear()
         where.clear()
@@ -216,6 +222,7 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
         token_tag = _conll_line(f"{path}:{number}", line, tag_index)
         if token_tag is None:
             flush()
+            document += _is_docstart(line)
             continue
         sentence.append(token_tag[0])
         sentence_tags.append(token_tag[1])
@@ -224,7 +231,10 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
     repairs.report()
     if not tokens:
         raise BertTasksError(f"{path}: no sentences found (only -DOCSTART- or blank lines); check the file")
-    return _token_dataset(tokens, tags, repaired_tags)
+    if not document:
+        return _token_dataset(tokens, tags, repaired_tags)
+    before, after = document_contexts(tokens, documents)
+    return _token_dataset(tokens, tags, repaired_tags, {BEFORE: before, AFTER: after})
 
 
 def _columns(line: str) -> list[str]:
@@ -232,6 +242,11 @@ def _columns(line: str) -> list[str]:
     if "\t" in line:
         return [c.strip(" ") for c in line.rstrip(" \t").split("\t")]
     return [c for c in line.split(" ") if c]
+
+
+def _is_docstart(line: str) -> bool:
+    """Whether a CoNLL line is a document marker (`-DOCSTART- -X- -X- O`)."""
+    return not is_blank(line) and _columns(line)[0] == DOCSTART
 
 
 def _conll_line(at: str, line: str, tag_index: int) -> tuple[str, str] | None:
@@ -307,10 +322,17 @@ def _tokens_dataset(source: str | Path, records: Records, tokens_column: str, ta
     return _token_dataset(tokens, tags, repaired_tags)
 
 
-def _token_dataset(tokens: list[list[str]], tags: list[list[str]], repaired_tags: list[int]) -> Dataset:
+def _token_dataset(
+    tokens: list[list[str]],
+    tags: list[list[str]],
+    repaired_tags: list[int],
+    context: dict[str, list[list[str]]] | None = None,
+) -> Dataset:
     from datasets import Dataset  # deferred: every line is checked before the library loads
 
-    return Dataset.from_dict({"tokens": tokens, "tags": tags, "repaired_tags": repaired_tags})
+    return Dataset.from_dict(
+        {"tokens": tokens, "tags": tags, "repaired_tags": repaired_tags, **(context or {})}
+    )
 
 
 def _check_spans(where: str, text: str, spans: Any) -> list[tuple[int, int, str]]:

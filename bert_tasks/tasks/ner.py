@@ -10,6 +10,8 @@ Alignment policy (training and scoring agree on it):
   labelled in every window whose slice holds its first sub-token (training sees it in both contexts).
 - A word the tokenizer turns into no sub-token at all (zero-width or control characters) is fed as the
   tokenizer's unknown token, so every word gets exactly one prediction and gold lengths always match.
+- With `document_context`, a sentence of a file that marks documents is encoded between the nearest
+  words of its neighbours (`data/document_context.py`); those words are read, never labelled or scored.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bert_tasks.data.document_context import AFTER, BEFORE, MAX_CONTEXT_WORDS
 from bert_tasks.data.ner_files import (
     FILE_FORMATS,
     inputs_to_columns,
@@ -53,6 +56,11 @@ logger = logging.getLogger(__name__)
 METRIC_DIR = Path(__file__).resolve().parents[1] / "metrics" / "ner"
 _DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo" / "ner"
 IGNORE = -100
+#: `document_context=auto` on a training file that marks documents: words on each side of a sentence.
+#: FLERT used 64 sub-tokens (~45 CoNLL words); 16 words (~20 sub-tokens) triples the tokens of a CoNLL
+#: sentence instead of multiplying them by 6 (BENCHMARKS.md, "Document context").
+DEFAULT_DOCUMENT_CONTEXT = 16
+AUTO = "auto"
 
 
 @lru_cache(maxsize=1)
@@ -86,7 +94,7 @@ def align_labels(
     """
     labels = []
     for word, first in zip(word_ids, first_piece, strict=True):
-        if word is None:
+        if word is None or word_label_ids[word] == IGNORE:  # special token, or context: read, not learnt
             labels.append(IGNORE)
         elif first:
             labels.append(word_label_ids[word])
@@ -157,6 +165,12 @@ def merge_windows(
                     merged[example][word] = logits[p]
             previous = word
     return merged
+
+
+def _sentence_word_ids(word_ids: Sequence[int | None], offset: int, words: int) -> list[int]:
+    """A window's word index per token within its sentence: -1 for special tokens and context words
+    (the sentence's words start at `offset` in the encoded words)."""
+    return [-1 if w is None or not offset <= w < offset + words else w - offset for w in word_ids]
 
 
 def entity_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -268,7 +282,7 @@ class NerTask(Task):
         "train_file": str(_DEMO / "train.conll"),
         "validation_file": str(_DEMO / "validation.conll"),
     }
-    options = ("label_all_subtokens", "viterbi", "word_splitter")
+    options = ("label_all_subtokens", "viterbi", "word_splitter", "document_context")
     input_fields = ("text", "tokens")
     #: Words are encoded pre-split (`is_split_into_words`): byte-level BPE tokenizers (RoBERTa, GPT-2's)
     #: must then encode each word as running text does, after a space ("Ġword"), not as a text's first
@@ -281,15 +295,32 @@ class NerTask(Task):
     pad_to_multiple_of = 8  # tensor cores
 
     def __init__(
-        self, label_all_subtokens: bool = False, viterbi: bool = True, word_splitter: str | None = None
+        self,
+        label_all_subtokens: bool = False,
+        viterbi: bool = True,
+        word_splitter: str | None = None,
+        document_context: int | str = 0,
     ) -> None:
-        """`word_splitter=None`: not chosen yet (`infer_options` chooses it); texts are cut by `default`."""
+        """`word_splitter=None`: not chosen yet (`infer_options` chooses it); texts are cut by `default`.
+        `document_context`: words each side (0 = none, the value of dirs saved before it); `auto` until
+        `infer_options` settles it reads as `DEFAULT_DOCUMENT_CONTEXT`."""
         super().__init__(
-            label_all_subtokens=label_all_subtokens, viterbi=viterbi, word_splitter=word_splitter
+            label_all_subtokens=label_all_subtokens,
+            viterbi=viterbi,
+            word_splitter=word_splitter,
+            document_context=document_context,
         )
+        if document_context != AUTO and not (
+            isinstance(document_context, int) and 0 <= document_context <= MAX_CONTEXT_WORDS
+        ):
+            raise BertTasksError(
+                f"document_context={document_context!r} must be a word count in [0, {MAX_CONTEXT_WORDS}] "
+                f"or {AUTO}"
+            )
         self.label_all_subtokens = label_all_subtokens
         self.viterbi = viterbi
         self.splitter = splitter_named(word_splitter or DEFAULT_SPLITTER)
+        self.context_words = DEFAULT_DOCUMENT_CONTEXT if document_context == AUTO else int(document_context)
 
     def read_file(self, path: str, cfg: Config) -> Dataset:
         """CoNLL, JSONL tokens + tags, JSONL text + spans, or a Label Studio/doccano export (BIO repaired)."""
@@ -341,7 +372,31 @@ class NerTask(Task):
     def infer_options(self, train: Dataset, cfg: Config) -> dict[str, Any]:
         """The word splitter, unless the user named one: for a corpus of tokens, the candidate that gives
         them back best from their raw text (one INFO line with the agreement, `data/splitter_choice.py`);
-        texts with spans were cut into words by the splitter they were read with, which stays."""
+        texts with spans were cut into words by the splitter they were read with, which stays. And the
+        document context: `auto` is `DEFAULT_DOCUMENT_CONTEXT` words where the training file marks its
+        documents, else none; a count given for a file that marks none is refused (it could not apply)."""
+        return self._infer_context(train, cfg) | self._infer_splitter(train, cfg)
+
+    def _infer_context(self, train: Dataset, cfg: Config) -> dict[str, Any]:
+        marked = BEFORE in train.column_names
+        if cfg.document_context == AUTO:
+            if marked:
+                logger.info(
+                    "document_context=%d: the training file marks its documents, so each sentence is read "
+                    "between up to %d words of its neighbours on each side; set document_context=0 to "
+                    "read sentences alone",
+                    DEFAULT_DOCUMENT_CONTEXT,
+                    DEFAULT_DOCUMENT_CONTEXT,
+                )
+            return {"document_context": DEFAULT_DOCUMENT_CONTEXT if marked else 0}
+        if cfg.document_context and not marked:
+            raise BertTasksError(
+                f"document_context={cfg.document_context}: the training data marks no documents (CoNLL "
+                "-DOCSTART- lines), so there is no context to add; drop the key or set it to 0"
+            )
+        return {}
+
+    def _infer_splitter(self, train: Dataset, cfg: Config) -> dict[str, Any]:
         if cfg.word_splitter is not None:
             return {}
         if "word_offsets" in train.column_names:
@@ -393,7 +448,8 @@ class NerTask(Task):
                 return_offsets_mapping=label2id is not None,  # only label alignment reads them
             )
 
-        words = batch["tokens"]
+        before, after = self._context(batch)
+        words = [b + row + a for b, row, a in zip(before, batch["tokens"], after, strict=True)]
         encoding = tokenize(words)
         covered = [set() for _ in words]
         for i, sample in enumerate(encoding["overflow_to_sample_mapping"]):
@@ -410,10 +466,14 @@ class NerTask(Task):
         }
         out["example_id"] = [indices[sample] for sample in samples]
         out["word_ids"] = [
-            [-1 if w is None else w for w in encoding.word_ids(i)] for i in range(len(samples))
+            _sentence_word_ids(encoding.word_ids(i), len(before[s]), len(batch["tokens"][s]))
+            for i, s in enumerate(samples)
         ]
         if label2id is not None:
-            word_labels = [self._label_ids(row, label2id) for row in batch["tags"]]
+            word_labels = [
+                [IGNORE] * len(b) + self._label_ids(row, label2id) + [IGNORE] * len(a)
+                for b, row, a in zip(before, batch["tags"], after, strict=True)
+            ]
             out["labels"] = [
                 align_labels(
                     encoding.word_ids(i),
@@ -426,6 +486,15 @@ class NerTask(Task):
                 for i, first in enumerate(first_pieces(encoding))
             ]
         return out
+
+    def _context(self, batch: Mapping[str, list[Any]]) -> tuple[list[list[str]], list[list[str]]]:
+        """Per row, the context words encoded before and after its sentence: the nearest
+        `context_words` of each side where the rows have them (files that mark documents), else none."""
+        k = self.context_words
+        if not k or BEFORE not in batch:
+            empty: list[list[str]] = [[] for _ in batch["tokens"]]
+            return empty, empty
+        return [row[-k:] for row in batch[BEFORE]], [row[:k] for row in batch[AFTER]]
 
     @staticmethod
     def _label_ids(tags: list[str], label2id: dict[str, int]) -> list[int]:
