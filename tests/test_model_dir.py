@@ -32,8 +32,10 @@ def test_policy_of_a_run_round_trips(ner_run: Path) -> None:
     cfg = load_recipe(ner_run / "recipe.yaml")
     policy = read_policy(ner_run, "ner")
     assert policy == ModelPolicy.for_run(cfg)
-    # the tiny run trains on CoNLL tokens split as `default` splits their text: inferred and saved
-    assert policy.task_options == {"label_all_subtokens": False, "viterbi": True, "word_splitter": "default"}
+    # the tiny run trains on CoNLL tokens split as `default` splits their text, in no marked documents:
+    # both inferred and saved
+    inferred = {"document_context": 0, "word_splitter": "default"}
+    assert policy.task_options == {"label_all_subtokens": False, "viterbi": True, **inferred}
     assert ModelPolicy.from_json(policy.to_json(), "x") == policy
 
 

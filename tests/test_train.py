@@ -76,10 +76,10 @@ def test_config_has_label_names_and_inference_policy(run: Path) -> None:
 
 def test_recipe_reloads_to_the_run_config(run: Path, tiny_model: Path) -> None:
     """recipe.yaml is the resolved config: load_recipe gives back what the run used (NER: with the word
-    splitter it inferred from its corpus of tokens)."""
+    splitter it inferred from its corpus of tokens, and no document context: its file marks no documents)."""
     task = task_of(run)
     reloaded = load_recipe(run / "recipe.yaml")
-    inferred = {"word_splitter": "default"} if task == "ner" else {}
+    inferred = {"word_splitter": "default", "document_context": 0} if task == "ner" else {}
     assert reloaded == tiny_config(task, tiny_model, run, **inferred)
     assert reloaded.train_file == str(DATA[task][0])
 

@@ -170,7 +170,8 @@ def test_ties_go_to_the_default(caplog: pytest.LogCaptureFixture) -> None:
     choice = choose_splitter([["Fever", "and", "rash", "."]])
     assert choice.splitter == "default" and choice.agreement["social"] == choice.agreement["default"] == 1.0
     assert NerTask().infer_options(read_conll(FIXTURES / "ner_sample.conll"), Config(task="ner")) == {
-        "word_splitter": "default"
+        "document_context": 0,  # the fixture marks no documents
+        "word_splitter": "default",
     }
     with caplog.at_level(logging.INFO, logger="bert_tasks"):
         NerTask().infer_options(read_jsonl_tokens(FIXTURES / "ner_social.jsonl"), Config(task="ner"))
@@ -180,9 +181,11 @@ def test_ties_go_to_the_default(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_a_users_splitter_wins_and_spans_keep_the_splitter_they_were_read_with() -> None:
     social = read_jsonl_tokens(FIXTURES / "ner_social.jsonl")
-    assert NerTask().infer_options(social, Config(task="ner", word_splitter="whitespace")) == {}
+    given = Config(task="ner", word_splitter="whitespace")
+    assert NerTask().infer_options(social, given) == {"document_context": 0}  # no documents marked
     spans = read_jsonl_spans(FIXTURES / "ner_spans.jsonl", splitter=word_splitter("ptb"))
-    assert NerTask(word_splitter="ptb").infer_options(spans, Config(task="ner")) == {"word_splitter": "ptb"}
+    kept = {"document_context": 0, "word_splitter": "ptb"}
+    assert NerTask(word_splitter="ptb").infer_options(spans, Config(task="ner")) == kept
 
 
 #: Slices of the shared corpora: the splitter each calls for and the agreement measured on the slice
