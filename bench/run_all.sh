@@ -25,7 +25,8 @@ run predict_speed python bench/predict_speed.py --sentiment-model runs/sentiment
 run precision python bench/precision.py --sentiment-model runs/sentiment_sst2 --sentiment-data ../shared/data/sst2/dev.tsv \
   --ner-model runs/ner_bc5cdr --ner-data ../shared/data/bc5cdr/test.tsv
 run finetune_ner_ncbi_disease python bench/finetune_ner.py --corpus ncbi_disease
-run finetune_ner_conll2003 python bench/finetune_ner.py --corpus conll2003
+run finetune_ner_conll2003 python bench/finetune_ner.py --corpus conll2003 --set document_context=0
+python bench/document_context.py --conll ../shared/data/conll2003/train.txt > bench/results/document_context.log 2>&1
 run ablation_bc5cdr python bench/ablation.py --corpus bc5cdr --train-rows 2000 --test-rows 2000
 run ablation_ncbi_disease python bench/ablation.py --corpus ncbi_disease --train-rows 2000
 run prune python bench/prune.py
