@@ -310,8 +310,8 @@ class NerTask(Task):
             word_splitter=word_splitter,
             document_context=document_context,
         )
-        if document_context != AUTO and not (
-            isinstance(document_context, int) and 0 <= document_context <= MAX_CONTEXT_WORDS
+        if document_context != AUTO and not (  # a bool is an int to Python, not a count to a user
+            type(document_context) is int and 0 <= document_context <= MAX_CONTEXT_WORDS
         ):
             raise BertTasksError(
                 f"document_context={document_context!r} must be a word count in [0, {MAX_CONTEXT_WORDS}] "

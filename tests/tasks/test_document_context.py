@@ -105,11 +105,11 @@ def test_auto_is_the_default_count_for_marked_files_and_none_otherwise(tmp_path,
     assert "document_context=4: the training data marks no documents" in caplog.text
 
 
-@pytest.mark.parametrize("value", [-1, 65, "wide"])
+@pytest.mark.parametrize("value", [-1, 65, "wide", True])
 def test_bad_counts_are_refused_in_one_line(value):
     with pytest.raises(BertTasksError, match="document_context"):
         load_recipe(None, [f"document_context={value}"], task="ner")
-    with pytest.raises(BertTasksError, match="document_context"):
+    with pytest.raises(BertTasksError, match="document_context"):  # a saved policy's value
         NerTask(document_context=value)
 
 
