@@ -173,6 +173,50 @@ def _sentence_word_ids(word_ids: Sequence[int | None], offset: int, words: int) 
     return [-1 if w is None or not offset <= w < offset + words else w - offset for w in word_ids]
 
 
+def _fit_context(
+    before: list[list[str]],
+    sentences: list[list[str]],
+    after: list[list[str]],
+    tokenizer: PreTrainedTokenizerBase,
+    room: int,
+) -> tuple[list[list[str]], list[list[str]]]:
+    """Each row's context cut, farthest words first, to what fits one window beside its sentence: context
+    must never push a sentence that fits a window into a second one (FLERT keeps the sentence whole and
+    cuts its context). A sentence longer than a window keeps no context; its own windows overlap."""
+    rows = [b + sentence + a for b, sentence, a in zip(before, sentences, after, strict=True)]
+    pieces = tokenizer(rows, is_split_into_words=True, add_special_tokens=False)  # untruncated: to count
+    fitted_before, fitted_after = [], []
+    for i, (b, sentence, a) in enumerate(zip(before, sentences, after, strict=True)):
+        counts = [0] * len(rows[i])  # sub-tokens per word
+        for word in pieces.word_ids(i):
+            if word is not None:
+                counts[word] += 1
+        if sum(counts) <= room:
+            fitted_before.append(b)
+            fitted_after.append(a)
+            continue
+        budget = room - sum(counts[len(b) : len(b) + len(sentence)])
+        left, right = _nearest_that_fit(counts[: len(b)][::-1], counts[len(b) + len(sentence) :], budget)
+        fitted_before.append(b[len(b) - left :])
+        fitted_after.append(a[:right])
+    return fitted_before, fitted_after
+
+
+def _nearest_that_fit(left: list[int], right: list[int], budget: int) -> tuple[int, int]:
+    """How many context words each side keeps (sub-token counts given nearest first): the sides take a
+    word in turn while it fits the sub-tokens left, so the sentence stays near the middle."""
+    sides, taken, open_sides = (left, right), [0, 0], [True, True]
+    while any(open_sides):
+        side = 0 if open_sides[0] and (taken[0] <= taken[1] or not open_sides[1]) else 1
+        counts = sides[side]
+        if taken[side] < len(counts) and counts[taken[side]] <= budget:
+            budget -= counts[taken[side]]
+            taken[side] += 1
+        else:
+            open_sides[side] = False
+    return taken[0], taken[1]
+
+
 def entity_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     """(type, first word, last word) of each entity in BIO tags, read as seqeval and conlleval read them.
 
@@ -451,6 +495,8 @@ class NerTask(Task):
             )
 
         before, after = self._context(batch)
+        if any(before) or any(after):
+            before, after = _fit_context(before, batch["tokens"], after, tokenizer, room)
         words = [b + row + a for b, row, a in zip(before, batch["tokens"], after, strict=True)]
         encoding = tokenize(words)
         covered = [set() for _ in words]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from datasets import Dataset
 from transformers import AutoTokenizer
 
 from bert_tasks.config import Config, load_recipe
@@ -82,11 +83,33 @@ def test_context_words_are_encoded_but_never_labelled(tmp_path, tokenizer):
     assert labelled == [0, 1, 2]
 
 
+def _framed(sentence: list[str], each_side: int) -> Dataset:
+    """One sentence between `each_side` one-sub-token words ("word") on each side."""
+    return Dataset.from_dict(
+        {"tokens": [sentence], "tags": [["O"] * len(sentence)], BEFORE: [["word"] * each_side]}
+        | {AFTER: [["word"] * each_side]}
+    )
+
+
+def test_context_is_cut_to_one_window_beside_its_sentence(tokenizer):
+    """Context never pushes a sentence that fits a window into a second: the farthest words go, the
+    sides taking turns; a sentence longer than a window keeps none, so its windows are as without."""
+    task = NerTask(document_context=20)
+    framed = task.encode(_framed(["rain", "in", "oslo"], 20), tokenizer, None, 12, 2)  # room: 10
+    assert len(framed) == 1
+    pieces = tokenizer.convert_ids_to_tokens(framed[0]["input_ids"])
+    assert pieces[1:-1] == ["word"] * 4 + ["rain", "in", "oslo"] + ["word"] * 3
+    assert [w for w in framed[0]["word_ids"] if w >= 0] == [0, 1, 2]
+    long = ["rain"] * 14
+    alone = NerTask(document_context=0).encode(_framed(long, 20), tokenizer, None, 12, 2)
+    assert task.encode(_framed(long, 20), tokenizer, None, 12, 2)["input_ids"] == alone["input_ids"]
+
+
 def test_context_windows_merge_back_to_one_tag_per_sentence_word(tmp_path, tokenizer):
-    """A sentence whose context fills several windows still gets exactly its own words back."""
+    """Sentences longer than a window, read with context, still get exactly their own words back."""
     raw = read_conll(_marked_file(tmp_path))
     task = NerTask(document_context=5, viterbi=False)
-    encoded = task.encode(raw, tokenizer, None, 8, 2)  # 6 sub-tokens a window: context spills over
+    encoded = task.encode(raw, tokenizer, None, 5, 1)  # 3 sub-tokens a window: sentences spill over
     labels = bio_label_names(raw["tags"])
     logits = [np.zeros((len(w), len(labels)), dtype=np.float32) for w in encoded["word_ids"]]
     tags = [tags for tags, _ in task.predict_tags(raw, encoded, logits, dict(enumerate(labels)))]
