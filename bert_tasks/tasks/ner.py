@@ -11,7 +11,8 @@ Alignment policy (training and scoring agree on it):
 - A word the tokenizer turns into no sub-token at all (zero-width or control characters) is fed as the
   tokenizer's unknown token, so every word gets exactly one prediction and gold lengths always match.
 - With `document_context`, a sentence of a file that marks documents is encoded between the nearest
-  words of its neighbours (`data/document_context.py`); those words are read, never labelled or scored.
+  words of its neighbours that fit one window beside it (`data/document_context.py`); those words are
+  read, never labelled or scored.
 """
 
 from __future__ import annotations
