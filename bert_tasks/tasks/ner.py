@@ -185,7 +185,8 @@ def _fit_context(
     must never push a sentence that fits a window into a second one (FLERT keeps the sentence whole and
     cuts its context). A sentence longer than a window keeps no context; its own windows overlap."""
     rows = [b + sentence + a for b, sentence, a in zip(before, sentences, after, strict=True)]
-    pieces = tokenizer(rows, is_split_into_words=True, add_special_tokens=False)  # untruncated: to count
+    # untruncated, to count: no "longer than the model's maximum" warning, the windows come after
+    pieces = tokenizer(rows, is_split_into_words=True, add_special_tokens=False, verbose=False)
     fitted_before, fitted_after = [], []
     for i, (b, sentence, a) in enumerate(zip(before, sentences, after, strict=True)):
         counts = [0] * len(rows[i])  # sub-tokens per word
