@@ -174,34 +174,37 @@ def _sentence_word_ids(word_ids: Sequence[int | None], offset: int, words: int) 
     return [-1 if w is None or not offset <= w < offset + words else w - offset for w in word_ids]
 
 
+def _framed(before: list[list[str]], sentences: list[list[str]], after: list[list[str]]) -> list[list[str]]:
+    """Each sentence's words between its context words: what is encoded."""
+    return [b + sentence + a for b, sentence, a in zip(before, sentences, after, strict=True)]
+
+
 def _fit_context(
     before: list[list[str]],
     sentences: list[list[str]],
     after: list[list[str]],
     tokenizer: PreTrainedTokenizerBase,
     room: int,
+    spilled: list[int],
 ) -> tuple[list[list[str]], list[list[str]]]:
-    """Each row's context cut, farthest words first, to what fits one window beside its sentence: context
-    must never push a sentence that fits a window into a second one (FLERT keeps the sentence whole and
-    cuts its context). A sentence longer than a window keeps no context; its own windows overlap."""
-    rows = [b + sentence + a for b, sentence, a in zip(before, sentences, after, strict=True)]
+    """The context of the `spilled` rows (more than one window with it) cut, farthest words first, to what
+    fits one window beside its sentence: context must never push a sentence that fits a window into a
+    second one (FLERT keeps the sentence whole and cuts its context). A sentence longer than a window
+    keeps no context; its own windows overlap. Only those rows are counted: most rows never spill."""
+    before, after = list(before), list(after)
+    rows = [before[i] + sentences[i] + after[i] for i in spilled]
     # untruncated, to count: no "longer than the model's maximum" warning, the windows come after
     pieces = tokenizer(rows, is_split_into_words=True, add_special_tokens=False, verbose=False)
-    fitted_before, fitted_after = [], []
-    for i, (b, sentence, a) in enumerate(zip(before, sentences, after, strict=True)):
-        counts = [0] * len(rows[i])  # sub-tokens per word
-        for word in pieces.word_ids(i):
+    for j, i in enumerate(spilled):
+        b, sentence, a = before[i], sentences[i], after[i]
+        counts = [0] * len(rows[j])  # sub-tokens per word
+        for word in pieces.word_ids(j):
             if word is not None:
                 counts[word] += 1
-        if sum(counts) <= room:
-            fitted_before.append(b)
-            fitted_after.append(a)
-            continue
         budget = room - sum(counts[len(b) : len(b) + len(sentence)])
         left, right = _nearest_that_fit(counts[: len(b)][::-1], counts[len(b) + len(sentence) :], budget)
-        fitted_before.append(b[len(b) - left :])
-        fitted_after.append(a[:right])
-    return fitted_before, fitted_after
+        before[i], after[i] = b[len(b) - left :], a[:right]
+    return before, after
 
 
 def _nearest_that_fit(left: list[int], right: list[int], budget: int) -> tuple[int, int]:
@@ -497,10 +500,14 @@ class NerTask(Task):
             )
 
         before, after = self._context(batch)
-        if any(before) or any(after):
-            before, after = _fit_context(before, batch["tokens"], after, tokenizer, room)
-        words = [b + row + a for b, row, a in zip(before, batch["tokens"], after, strict=True)]
+        words = _framed(before, batch["tokens"], after)
         encoding = tokenize(words)
+        windows = Counter(encoding["overflow_to_sample_mapping"])
+        spilled = [i for i, n in sorted(windows.items()) if n > 1 and (before[i] or after[i])]
+        if spilled:
+            before, after = _fit_context(before, batch["tokens"], after, tokenizer, room, spilled)
+            words = _framed(before, batch["tokens"], after)
+            encoding = tokenize(words)
         covered = [set() for _ in words]
         for i, sample in enumerate(encoding["overflow_to_sample_mapping"]):
             covered[sample].update(w for w in encoding.word_ids(i) if w is not None)
