@@ -85,9 +85,9 @@ def test_context_words_are_encoded_but_never_labelled(tmp_path, tokenizer):
 
 def _framed(sentence: list[str], each_side: int) -> Dataset:
     """One sentence between `each_side` one-sub-token words ("word") on each side."""
+    context = [["word"] * each_side]
     return Dataset.from_dict(
-        {"tokens": [sentence], "tags": [["O"] * len(sentence)], BEFORE: [["word"] * each_side]}
-        | {AFTER: [["word"] * each_side]}
+        {"tokens": [sentence], "tags": [["O"] * len(sentence)], BEFORE: context, AFTER: context}
     )
 
 
