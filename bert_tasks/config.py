@@ -190,6 +190,11 @@ class Config:
         "learning-rate factor per layer down from the head (1 = off; 0.8: the last layer at 0.8 lr, the "
         "embeddings at 0.8^(layers+1) lr)",
     )
+    ema_decay: float = _key(
+        0.0,
+        "exponential moving average of the weights, updated each optimizer update; the average is what is "
+        "evaluated, kept as best and saved (0 = off; e.g. 0.999)",
+    )
     grad_accum: int = _key(1, "micro-batches accumulated per optimizer update")
     max_grad_norm: float = _key(1.0, "gradient clipping norm (0 = no clipping)")
     freeze_embeddings: bool = _key(
@@ -737,6 +742,7 @@ def _validate(cfg: Config) -> None:
         ),
         ("weight_decay", cfg.weight_decay >= 0, "must be >= 0"),
         ("layer_lr_decay", 0 < cfg.layer_lr_decay <= 1, "must be in (0, 1] (1 = the same lr everywhere)"),
+        ("ema_decay", 0 <= cfg.ema_decay < 1, "must be in [0, 1) (0 = no weight average; e.g. 0.999)"),
         ("max_grad_norm", cfg.max_grad_norm >= 0, "must be >= 0 (0 = no clipping)"),
         (
             "embedding_grad",

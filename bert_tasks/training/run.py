@@ -9,6 +9,7 @@ on the Run: its progress (`RunState`, saved with each checkpoint) and the loss n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -79,6 +80,7 @@ from bert_tasks.training.trackers import (
     tracker_options,
     tracker_scalars,
 )
+from bert_tasks.training.weight_average import WeightAverage
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +160,7 @@ class Run:
         self.stopped = False
         self.grad_norm: torch.Tensor | None = None
         self.gradients: GradientBook | None = None
+        self.average: WeightAverage | None = None
 
     @classmethod
     def setup(
@@ -319,6 +322,7 @@ class Run:
         self.gradients = (
             GradientBook(self.model, touched_rows=cfg.embedding_grad == "touched_rows") if single else None
         )
+        self.average = self._weight_average()
         self.eval_batches = None
         if "validation" in self.encoded:
             self.eval_batches = accelerator.prepare(
@@ -339,6 +343,20 @@ class Run:
             None if weights is None else torch.tensor(weights.weights, device=accelerator.device)
         )
         self.log_path = self.output_dir / "train_log.jsonl"
+
+    def _weight_average(self) -> WeightAverage | None:
+        """The weights' moving average (`ema_decay`), saved with each checkpoint; none when it is 0."""
+        decay, accelerator = self.cfg.ema_decay, self.accelerator
+        if not decay:
+            return None
+        if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+            raise BertTasksError(
+                f"ema_decay={decay:g} is not supported under {accelerator.distributed_type.value}: its "
+                "processes hold different shards of the weights; set ema_decay=0, or launch with DDP"
+            )
+        average = WeightAverage(accelerator.unwrap_model(self.model), decay)
+        accelerator.register_for_checkpointing(average)
+        return average
 
     def _evaluation_interval(self) -> int:
         """`eval_every`, or 0 (each epoch) when it is longer than the run: the best checkpoint would else be
@@ -418,6 +436,11 @@ class Run:
         logger.info(f"word-embedding gradient: {gradient}")
         if self.class_weights is not None:
             logger.info(self.class_weights.describe())
+        if self.average is not None:
+            logger.info(
+                f"weight average: decay {self.average.decay:g} (warming up over the first updates); the "
+                "average is evaluated, kept and saved"
+            )
         if self.eval_batches is not None:
             stopping = f"after {self.patience} evaluation(s) without improvement" if self.patience else "off"
             logger.info(f"early stopping: {stopping} (best checkpoint by {self.metric_name})")
@@ -473,6 +496,8 @@ class Run:
             self.optimizer.zero_grad(set_to_none=True)
             if accelerator.sync_gradients and self.gradients is not None:
                 self.gradients.cleared()
+            if accelerator.sync_gradients and self.average is not None:
+                self.average.update()
         self.window.add(loss, len(batch["row"]) * accelerator.num_processes)
 
     def _clipped_norm(self) -> torch.Tensor | None:
@@ -534,8 +559,9 @@ class Run:
 
     def _evaluate_and_keep_best(self) -> None:
         started = time.perf_counter()
-        scores = self._scores(self.eval_batches, "validation")
-        self._keep_if_best(scores)
+        with self._averaged():  # with ema_decay, the average is what is scored and kept
+            scores = self._scores(self.eval_batches, "validation")
+            self._keep_if_best(scores)
         self._append_log({"step": self.state.global_step, **_prefixed(scores, "eval")})
         if self.accelerator.is_main_process:
             logger.info(self._evaluation_line(scores))
@@ -567,6 +593,10 @@ class Run:
             if self.accelerator.is_main_process:
                 self.output.record(BEST_DIR, f"{BEST_DIR}.tmp")  # a kill mid-write leaves best.tmp: ours too
                 save_best(self.accelerator.unwrap_model(self.model), self.output_dir, weights)
+
+    def _averaged(self) -> Any:
+        """The weights' average swapped into the model for a block (`ema_decay`), else the live weights."""
+        return self.average.swapped_in() if self.average is not None else contextlib.nullcontext()
 
     def _out_of_patience(self) -> bool:
         """Early stopping: `early_stopping_patience` evaluations in a row without improvement."""
@@ -643,6 +673,8 @@ class Run:
         if state.best_step is not None:
             load_best(unwrapped, self.output_dir)
             accelerator.wait_for_everyone()  # every process has read best/ before the main one deletes it
+        elif self.average is not None:  # no validation: the last step's average is the model
+            self.average.copy_into_model()
         metrics: dict[str, Any] = {"best_step": state.best_step, "metric_for_best": self.metric_name}
         calibrate = self.task.calibrates and "validation" in self.encoded
         if state.best_scores is not None and not calibrate:

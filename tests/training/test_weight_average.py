@@ -1,0 +1,127 @@
+"""`ema_decay`: the weights' moving average is TF's warmed-up EMA of the live weights, it is what a run
+evaluates, keeps and saves, it never changes what the live weights train to, and it resumes exactly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bert_tasks.config import load_recipe
+from bert_tasks.errors import BertTasksError
+from bert_tasks.model_dir import load_finetuned
+from bert_tasks.training import train
+from bert_tasks.training.weight_average import WeightAverage
+from tests.helpers import read_log, tiny_config
+
+DECAY = 0.2  # reached at the second update: (1 + 1) / (10 + 1) = 0.18 is still the warm-up's
+
+
+def _decay_after(updates: int) -> float:
+    return min(DECAY, (1 + updates) / (10 + updates))
+
+
+def test_average_follows_the_warmed_up_recurrence_and_swaps_back() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    model.bias.requires_grad_(False)  # frozen weights are not averaged
+    average = WeightAverage(model, DECAY)
+    expected = model.weight.detach().clone()
+    for updates in range(4):
+        with torch.no_grad():
+            model.weight.add_(torch.randn(2, 3))
+        average.update()
+        decay = _decay_after(updates)
+        expected = decay * expected + (1 - decay) * model.weight.detach()
+    live = model.weight.detach().clone()
+    with average.swapped_in():
+        torch.testing.assert_close(model.weight.detach(), expected)
+    torch.testing.assert_close(model.weight.detach(), live)  # the live weights again
+    assert len(average.state_dict()["average"]) == 1 and average.state_dict()["updates"] == 4
+
+
+def test_state_round_trips_into_a_fresh_average() -> None:
+    model = torch.nn.Linear(3, 2)
+    average = WeightAverage(model, DECAY)
+    with torch.no_grad():
+        model.weight.mul_(3)
+    average.update()
+    restored = WeightAverage(torch.nn.Linear(3, 2), DECAY)
+    restored.load_state_dict(average.state_dict())
+    assert restored.updates == 1
+    for mine, theirs in zip(restored.state_dict()["average"], average.state_dict()["average"], strict=True):
+        torch.testing.assert_close(mine, theirs)
+
+
+@pytest.mark.parametrize("value", ["1.0", "-0.1", "1.5"])
+def test_decay_outside_zero_to_one_is_refused(value: str) -> None:
+    with pytest.raises(BertTasksError, match=rf"^bad config: ema_decay={value}, must be in \[0, 1\)"):
+        load_recipe(None, [f"ema_decay={value}"], task="sentiment")
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    return sorted((run_dir / "checkpoints").glob("step-*"))
+
+
+def _average_at(checkpoint: Path) -> list[torch.Tensor]:
+    return torch.load(checkpoint / "custom_checkpoint_0.pkl", weights_only=True)["average"]
+
+
+def _trainable_names(run_dir: Path) -> list[str]:
+    """The trained parameters' names in `model.parameters()` order, fused attention names (checkpoints')."""
+    model = load_finetuned(run_dir).model
+    return [name for name, param in model.named_parameters() if param.requires_grad]
+
+
+def _assert_model_holds(run_dir: Path, average: list[torch.Tensor]) -> None:
+    model = load_finetuned(run_dir).model
+    params = [param for param in model.parameters() if param.requires_grad]
+    for param, value in zip(params, average, strict=True):
+        torch.testing.assert_close(param.detach(), value)
+
+
+def test_a_run_averages_evaluates_and_saves_the_average(tiny_model: Path, tmp_path: Path) -> None:
+    """Each checkpoint's average is the recurrence over the live weights it holds; the best step's average
+    is the saved model; and the live weights train exactly as without an average."""
+    settings = {"max_steps": 4, "save_every": 1, "keep_checkpoints": 4, "eval_every": 1, "lr": 1e-2}
+    averaged = train(tiny_config("sentiment", tiny_model, tmp_path / "ema", ema_decay=DECAY, **settings))
+    plain = train(tiny_config("sentiment", tiny_model, tmp_path / "plain", **settings))
+    names = _trainable_names(averaged)
+    checkpoints = _checkpoints(averaged)
+    assert len(checkpoints) == 4
+    previous = _average_at(checkpoints[0])
+    for updates, checkpoint in enumerate(checkpoints[1:], start=1):
+        live = load_file(checkpoint / "model.safetensors")
+        decay = _decay_after(updates)
+        expected = [decay * avg + (1 - decay) * live[name] for avg, name in zip(previous, names, strict=True)]
+        current = _average_at(checkpoint)
+        for name, mine, theirs in zip(names, current, expected, strict=True):
+            torch.testing.assert_close(mine, theirs, msg=name)
+        previous = current
+    best_step = json.loads((averaged / "metrics.json").read_text())["best_step"]
+    _assert_model_holds(averaged, _average_at(checkpoints[best_step - 1]))
+    ours, theirs = (load_file(_checkpoints(run)[-1] / "model.safetensors") for run in (averaged, plain))
+    for name in theirs:
+        torch.testing.assert_close(ours[name], theirs[name], atol=0, rtol=0, msg=name)
+    assert sum("eval_accuracy" in record for record in read_log(averaged)) == 4
+
+
+@pytest.mark.slow
+def test_an_averaged_run_resumes_to_the_same_model(tiny_model: Path, tmp_path: Path) -> None:
+    """Stopped after 3 of 6 updates and resumed: the average (saved with the checkpoint) carries on, and
+    the saved model (the last step's average: no validation) is the uninterrupted run's."""
+    settings = {"max_steps": 6, "save_every": 3, "validation_file": None, "ema_decay": 0.5, "lr": 1e-2}
+    full = train(tiny_config("sentiment", tiny_model, tmp_path / "full", **settings))
+    interrupted = shutil.copytree(full, tmp_path / "interrupted")
+    shutil.rmtree(interrupted / "checkpoints" / "step-00000006")
+    for name in ("model.safetensors", "metrics.json"):
+        (interrupted / name).unlink()
+    resumed = train(tiny_config("sentiment", tiny_model, interrupted, resume=True, **settings))
+    _assert_model_holds(full, _average_at(_checkpoints(full)[-1]))
+    expected, actual = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
