@@ -2,12 +2,12 @@
 
 Each launch starts two interpreters (several seconds of imports on two cores), so the module launches
 five runs and checks everything against them: a sentiment run with gradient accumulation, mid-run
-checkpoints and uneven evaluation shards; its resumption; an NER run through `-m bert_tasks`, as users
-type it; the same NER run under recipes/accelerate/fsdp.yaml (FSDP2, every weight sharded over the two
-processes), which must save whole Hugging Face weights and end where the DDP run did; and that FSDP run
-resumed from its mid-run checkpoint. The tiny model has no dropout here, so one process with the same
-global batch (twice the per-device batch) must reach the same numbers. Accelerate's example configs in
-recipes/accelerate/ are checked with Accelerate's own loader.
+checkpoints, uneven evaluation shards and a weight average; its resumption; an NER run through
+`-m bert_tasks`, as users type it; the same NER run under recipes/accelerate/fsdp.yaml (FSDP2, every
+weight sharded over the two processes), which must save whole Hugging Face weights and end where the DDP
+run did; and that FSDP run resumed from its mid-run checkpoint. The tiny model has no dropout here, so
+one process with the same global batch (twice the per-device batch) must reach the same numbers.
+Accelerate's example configs in recipes/accelerate/ are checked with Accelerate's own loader.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ DDP = ["--multi_gpu", *TWO_PROCESSES, "--dynamo_backend", "no"]
 FSDP = ["--config_file", ROOT / "recipes" / "accelerate" / "fsdp.yaml", *TWO_PROCESSES]
 #: 40 rows, per-device batch 2 x 2 processes x accum 2 = 8 rows per update (5 per epoch); 7 updates cross
 #: an epoch, checkpoints land at 3 and 6, and eval batches of 5 split the 12 validation rows unevenly.
-SENTIMENT = {"max_steps": 7, "save_every": 3, "grad_accum": 2, "eval_batch_size": 5}
+#: With a weight average (ema_decay), which DDP keeps on every process and the main one checkpoints.
+SENTIMENT = {"max_steps": 7, "save_every": 3, "grad_accum": 2, "eval_batch_size": 5, "ema_decay": 0.5}
 #: 30 sentences in batches of 3 per device: 5 updates of 6 sentences, no shard padded with repeats.
 #: Evaluated at every update, so the best step comes before the last and restoring it changes the weights.
 NER = {"eval_batch_size": 3, "eval_every": 1}
@@ -226,7 +227,7 @@ def test_every_validation_row_is_scored_once(sentiment_two: tuple[Path, str]) ->
 
 def test_only_the_main_process_prints_logs_and_saves(sentiment_two: tuple[Path, str]) -> None:
     """One start line (per-device, accumulation and effective batch), one log record per update, and
-    checkpoints holding every process's RNG state."""
+    checkpoints holding every process's RNG state and the weight average."""
     out, log = sentiment_two
     assert log.count("bert-tasks finetune sentiment:") == 1
     assert "2 process(es)" in log
@@ -236,7 +237,8 @@ def test_only_the_main_process_prints_logs_and_saves(sentiment_two: tuple[Path, 
     checkpoints = sorted((out / "checkpoints").iterdir())
     assert [path.name for path in checkpoints] == ["step-00000003", "step-00000006"]
     for checkpoint in checkpoints:
-        assert {"random_states_0.pkl", "random_states_1.pkl"} <= {path.name for path in checkpoint.iterdir()}
+        saved = {path.name for path in checkpoint.iterdir()}
+        assert {"random_states_0.pkl", "random_states_1.pkl", "custom_checkpoint_0.pkl"} <= saved  # + average
 
 
 def test_resumed_two_process_run_ends_where_the_uninterrupted_one_did(

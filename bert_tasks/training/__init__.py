@@ -58,6 +58,7 @@ def train(cfg: Config, data: Any = None) -> Path:
         foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
         check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
         check_prune_heads(cfg)
+        check_weight_average(cfg)
         raw, cfg = read_training_splits(task, cfg, data)  # an auto split that carved is named by its share
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
@@ -132,6 +133,26 @@ def check_prune_heads(cfg: Config) -> None:
     config = Path(cfg.model).expanduser() / "config.json"
     if cfg.prune_heads and config.is_file():
         check_removable(heads_by_layer(cfg.prune_heads), read_shape(config.parent), cfg.model)
+
+
+def check_weight_average(cfg: Config) -> None:
+    """`ema_decay` under a sharding launcher, before torch loads: its processes each hold one shard of the
+    weights, and a checkpoint would keep only the main process's shard of the average."""
+    sharded = [name for name, flag in _SHARDING_LAUNCHERS.items() if _env_flag(flag)]
+    if cfg.ema_decay and sharded:
+        raise BertTasksError(
+            f"ema_decay={cfg.ema_decay:g} is not supported under {sharded[0]}, whose processes hold "
+            "different shards of the weights; set ema_decay=0, or launch with DDP (--multi_gpu)"
+        )
+
+
+#: what `accelerate launch` sets in each process's environment for the launchers that shard the weights
+_SHARDING_LAUNCHERS = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPEED"}
+
+
+def _env_flag(name: str) -> bool:
+    """Accelerate's own reading of a flag (`str_to_bool`), without importing it (it imports torch)."""
+    return os.environ.get(name, "false").strip().lower() in {"y", "yes", "t", "true", "on", "1"}
 
 
 def _check_resumable(path: Path) -> None:

@@ -346,16 +346,10 @@ class Run:
 
     def _weight_average(self) -> WeightAverage | None:
         """The weights' moving average (`ema_decay`), saved with each checkpoint; none when it is 0."""
-        decay, accelerator = self.cfg.ema_decay, self.accelerator
-        if not decay:
+        if not self.cfg.ema_decay:  # (refused under FSDP and DeepSpeed before torch loaded)
             return None
-        if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-            raise BertTasksError(
-                f"ema_decay={decay:g} is not supported under {accelerator.distributed_type.value}: its "
-                "processes hold different shards of the weights; set ema_decay=0, or launch with DDP"
-            )
-        average = WeightAverage(accelerator.unwrap_model(self.model), decay)
-        accelerator.register_for_checkpointing(average)
+        average = WeightAverage(self.accelerator.unwrap_model(self.model), self.cfg.ema_decay)
+        self.accelerator.register_for_checkpointing(average)
         return average
 
     def _evaluation_interval(self) -> int:

@@ -16,7 +16,8 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import load_finetuned
 from bert_tasks.training import train
 from bert_tasks.training.weight_average import WeightAverage
-from tests.helpers import read_log, tiny_config
+from tests.helpers import DATA, read_log, tiny_config
+from tests.test_cli_startup import probe
 
 DECAY = 0.2  # reached at the second update: (1 + 1) / (10 + 1) = 0.18 is still the warm-up's
 
@@ -82,6 +83,22 @@ def _assert_model_holds(run_dir: Path, average: list[torch.Tensor]) -> None:
     params = [param for param in model.parameters() if param.requires_grad]
     for param, value in zip(params, average, strict=True):
         torch.testing.assert_close(param.detach(), value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "launcher"), [("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")]
+)
+def test_a_sharding_launcher_is_refused_in_one_line_before_torch(
+    flag: str, launcher: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(flag, "true")  # what `accelerate launch` sets in each process for FSDP / DeepSpeed
+    argv = ["finetune", "sentiment", f"train_file={DATA['sentiment'][0]}", "ema_decay=0.999"]
+    answer = probe([*argv, f"output_dir={tmp_path / 'out'}"], tmp_path)
+    assert answer["status"] == 1
+    assert f"ema_decay=0.999 is not supported under {launcher}" in str(answer["stderr"])
+    assert str(answer["stderr"]).count("\n") == 1, answer["stderr"]
+    assert {"torch", "transformers", "accelerate"}.isdisjoint(answer["loaded"]), answer["loaded"]
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_run_averages_evaluates_and_saves_the_average(tiny_model: Path, tmp_path: Path) -> None:
