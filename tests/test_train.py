@@ -240,14 +240,17 @@ def test_resume_without_checkpoint_says_how_to_get_one(sentiment_run: Path, tiny
 
 
 @pytest.mark.slow
-def test_resumed_run_ends_where_an_uninterrupted_one_does(tiny_model: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("ema_decay", [0.0, 0.5])
+def test_resumed_run_ends_where_an_uninterrupted_one_does(
+    ema_decay: float, tiny_model: Path, tmp_path: Path
+) -> None:
     """Stop after step 3 of 6 (checkpoints every 3), resume, and compare with an uninterrupted run.
 
     Two epochs of 5 updates with batch 8, so the resumed run restarts mid-epoch and crosses an epoch
     boundary: data order, optimizer, scheduler and RNG states all have to be restored for the weights to
-    match.
+    match; with `ema_decay`, the weights' average too (the saved model is then the last step's average).
     """
-    settings = {"max_steps": 6, "save_every": 3, "validation_file": None}
+    settings = {"max_steps": 6, "save_every": 3, "validation_file": None, "ema_decay": ema_decay, "lr": 1e-2}
     full = train(tiny_config("sentiment", tiny_model, tmp_path / "full", **settings))
     interrupted = shutil.copytree(full, tmp_path / "interrupted")
     shutil.rmtree(interrupted / "checkpoints" / "step-00000006")

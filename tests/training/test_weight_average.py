@@ -4,7 +4,6 @@ evaluates, keeps and saves, it never changes what the live weights train to, and
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -127,18 +126,10 @@ def test_a_run_averages_evaluates_and_saves_the_average(tiny_model: Path, tmp_pa
     assert sum("eval_accuracy" in record for record in read_log(averaged)) == 4
 
 
-@pytest.mark.slow
-def test_an_averaged_run_resumes_to_the_same_model(tiny_model: Path, tmp_path: Path) -> None:
-    """Stopped after 3 of 6 updates and resumed: the average (saved with the checkpoint) carries on, and
-    the saved model (the last step's average: no validation) is the uninterrupted run's."""
-    settings = {"max_steps": 6, "save_every": 3, "validation_file": None, "ema_decay": 0.5, "lr": 1e-2}
-    full = train(tiny_config("sentiment", tiny_model, tmp_path / "full", **settings))
-    interrupted = shutil.copytree(full, tmp_path / "interrupted")
-    shutil.rmtree(interrupted / "checkpoints" / "step-00000006")
-    for name in ("model.safetensors", "metrics.json"):
-        (interrupted / name).unlink()
-    resumed = train(tiny_config("sentiment", tiny_model, interrupted, resume=True, **settings))
-    _assert_model_holds(full, _average_at(_checkpoints(full)[-1]))
-    expected, actual = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+def test_without_validation_the_saved_model_is_the_last_steps_average(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """No validation, no best step: the run ends with its last average (resume: test_train.py)."""
+    settings = {"max_steps": 4, "save_every": 4, "validation_file": None, "ema_decay": 0.5, "lr": 1e-2}
+    run = train(tiny_config("sentiment", tiny_model, tmp_path / "run", **settings))
+    _assert_model_holds(run, _average_at(_checkpoints(run)[-1]))
