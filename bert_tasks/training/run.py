@@ -80,7 +80,7 @@ from bert_tasks.training.trackers import (
     tracker_options,
     tracker_scalars,
 )
-from bert_tasks.training.weight_average import WeightAverage
+from bert_tasks.training.weight_average import WeightAverage, saved_decay
 
 logger = logging.getLogger(__name__)
 
@@ -377,6 +377,7 @@ class Run:
     def _resume(self) -> None:
         """Restore model, optimizer, scheduler, RNG states, the run's state and its unlogged loss."""
         checkpoint = latest_checkpoint(self.output_dir)
+        self._check_same_average(checkpoint)
         load_checkpoint(self.accelerator, self.model, checkpoint)
         saved = load_run_state(checkpoint)
         window = {key: saved.pop(key) for key in _WINDOW_KEYS}
@@ -389,6 +390,17 @@ class Run:
                 # The log may hold records written after the checkpoint; the resumed run writes them again.
                 history = "".join(json.dumps(record) + "\n" for record in self.state.history)
                 self.log_path.write_text(history)
+
+    def _check_same_average(self, checkpoint: Path) -> None:
+        """A resumed run averages as it was started: a changed `ema_decay` would make it another run (and
+        an average added on resume has no saved state to continue from)."""
+        saved = saved_decay(checkpoint)
+        if saved != self.cfg.ema_decay:
+            raise BertTasksError(
+                f"--resume: {checkpoint} was saved with ema_decay={saved:g}, this run asks for "
+                f"ema_decay={self.cfg.ema_decay:g}; resume with ema_decay={saved:g}, or train again with "
+                "--overwrite"
+            )
 
     def _start_trackers(self) -> None:
         """Start Accelerate's trackers (main process), after `overwrite` cleared the previous run's logs/.

@@ -17,12 +17,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 
 #: TF's warm-up: the decay after t updates is at most (1 + t) / (10 + t).
 _WARMUP_OFFSET = 10
+
+#: Where Accelerate's `save_state` writes the first (here: the only) object registered for checkpointing.
+SAVED_AVERAGE = "custom_checkpoint_0.pkl"
+
+
+def saved_decay(checkpoint: Path) -> float:
+    """The `ema_decay` a checkpoint was written with (0: it holds no average)."""
+    file = checkpoint / SAVED_AVERAGE
+    return float(torch.load(file, weights_only=True)["decay"]) if file.exists() else 0.0
 
 
 class WeightAverage:

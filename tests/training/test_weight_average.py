@@ -14,7 +14,7 @@ from bert_tasks.config import load_recipe
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import load_finetuned
 from bert_tasks.training import train
-from bert_tasks.training.weight_average import WeightAverage
+from bert_tasks.training.weight_average import SAVED_AVERAGE, WeightAverage
 from tests.helpers import DATA, read_log, tiny_config
 from tests.test_cli_startup import probe
 
@@ -68,7 +68,7 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 
 
 def _average_at(checkpoint: Path) -> list[torch.Tensor]:
-    return torch.load(checkpoint / "custom_checkpoint_0.pkl", weights_only=True)["average"]
+    return torch.load(checkpoint / SAVED_AVERAGE, weights_only=True)["average"]
 
 
 def _trainable_names(run_dir: Path) -> list[str]:
@@ -133,3 +133,21 @@ def test_without_validation_the_saved_model_is_the_last_steps_average(
     settings = {"max_steps": 4, "save_every": 4, "validation_file": None, "ema_decay": 0.5, "lr": 1e-2}
     run = train(tiny_config("sentiment", tiny_model, tmp_path / "run", **settings))
     _assert_model_holds(run, _average_at(_checkpoints(run)[-1]))
+
+
+@pytest.mark.parametrize(("saved", "asked"), [(0.5, 0.0), (0.5, 0.9), (0.0, 0.5)])
+def test_resuming_with_another_decay_is_refused_and_touches_nothing(
+    saved: float, asked: float, tiny_model: Path, tmp_path: Path
+) -> None:
+    """An average added, dropped or changed on --resume would make the resumed run another one."""
+    settings = {"max_steps": 2, "save_every": 2, "validation_file": None, "lr": 1e-2}
+    run = train(tiny_config("sentiment", tiny_model, tmp_path / "run", ema_decay=saved, **settings))
+    for name in ("model.safetensors", "metrics.json"):  # as a run killed after its checkpoint leaves it
+        (run / name).unlink()
+    before = {path: path.stat().st_mtime_ns for path in run.rglob("*")}
+    message = rf"^--resume: .*step-00000002 was saved with ema_decay={saved:g}, this run asks for "
+    with pytest.raises(
+        BertTasksError, match=message + rf"ema_decay={asked:g}; resume with ema_decay={saved:g}"
+    ):
+        train(tiny_config("sentiment", tiny_model, run, resume=True, ema_decay=asked, **settings))
+    assert {path: path.stat().st_mtime_ns for path in run.rglob("*")} == before
