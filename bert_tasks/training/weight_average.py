@@ -30,9 +30,12 @@ SAVED_AVERAGE = "custom_checkpoint_0.pkl"
 
 
 def saved_decay(checkpoint: Path) -> float:
-    """The `ema_decay` a checkpoint was written with (0: it holds no average)."""
+    """The `ema_decay` a checkpoint was written with (0: it holds no average).
+
+    Memory-mapped: the check reads one number, not the whole average that `load_state` reads next.
+    """
     file = checkpoint / SAVED_AVERAGE
-    return float(torch.load(file, weights_only=True)["decay"]) if file.exists() else 0.0
+    return float(torch.load(file, weights_only=True, mmap=True)["decay"]) if file.exists() else 0.0
 
 
 class WeightAverage:
