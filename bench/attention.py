@@ -8,6 +8,8 @@ real tokens/s x FLOP per token (the issue's 67.4 MFLOP for a training step of th
 tokens, a third of it for a forward) over the peak matmul rate of this machine in that dtype, measured
 at start on a 4096^3 GEMM. "bert-tasks attn-drop 0" is bert-tasks trained with `attention_dropout=0`
 (training rows only: inference has no dropout), the setting that lets long inputs use SDPA's flash kernel.
+"bert-tasks as predict" (bf16 inference rows only) is the model as `predict` and `Predictor` run it on
+CPU: each Linear's weight cast to bf16 once and prepacked for oneDNN (`inference/prepacked_linear.py`).
 
     python bench/attention.py                      # default model, batch 32, seq 128 and 512
     python bench/attention.py --seq-lens 128 --repeats 5 --json bench/results/attention.json
@@ -29,12 +31,15 @@ from common import machine_line
 from transformers import BertForSequenceClassification
 
 from bert_tasks import load_model
+from bert_tasks.inference.prepacked_linear import linear_weights_in_bf16, prepack_linears
 from bert_tasks.insight.peak_memory import peak_memory_bytes
 from bert_tasks.modeling.load import resolve_model_path
 from bert_tasks.modeling.patch import set_attention_dropout
 
 NO_ATTENTION_DROPOUT = "bert-tasks attn-drop 0"
-IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks", NO_ATTENTION_DROPOUT)
+#: The model as `predict` and the library run it in bf16 on CPU: Linear weights cast once and prepacked.
+AS_PREDICT_RUNS_IT = "bert-tasks as predict"
+IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks", NO_ATTENTION_DROPOUT, AS_PREDICT_RUNS_IT)
 #: FLOP per real token of the default model (6 layers, 384 wide, 128 tokens): training, and a forward.
 TRAIN_FLOP_PER_TOKEN = 67.4e6
 FORWARD_FLOP_PER_TOKEN = TRAIN_FLOP_PER_TOKEN / 3
@@ -45,6 +50,9 @@ def build_model(name: str, model_path: str) -> torch.nn.Module:
         model = load_model(model_path, "sentiment", ["negative", "positive"])
         if name == NO_ATTENTION_DROPOUT:
             set_attention_dropout(model, 0.0)
+        if name == AS_PREDICT_RUNS_IT:
+            linear_weights_in_bf16(model)
+            prepack_linears(model)
         return model
     attn = name.removeprefix("hf-")
     return BertForSequenceClassification.from_pretrained(model_path, num_labels=2, attn_implementation=attn)
@@ -87,6 +95,14 @@ def make_step(
         optimizer.zero_grad(set_to_none=True)
 
     return step
+
+
+def runs_in(name: str, mode: str, dtype: str) -> bool:
+    """Whether an implementation has a row here: no dropout to switch off in inference, and the
+    prepacked bf16 model only predicts in bf16."""
+    if name == AS_PREDICT_RUNS_IT:
+        return mode == "inference" and dtype == "bf16"
+    return mode == "train" or name != NO_ATTENTION_DROPOUT
 
 
 def peak_matmul_flops(dtype: str, size: int = 4096, repeats: int = 5) -> float:
@@ -136,7 +152,7 @@ def main() -> None:
                 steps = {
                     name: make_step(model, mode, dtype, batch)
                     for name, model in models.items()
-                    if mode == "train" or name != NO_ATTENTION_DROPOUT
+                    if runs_in(name, mode, dtype)
                 }
                 for step in steps.values():
                     step()  # warm-up: allocator, oneDNN kernels, optimizer state

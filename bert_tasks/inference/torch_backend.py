@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from bert_tasks.data.padded_batches import PaddedBatches, Padding
+from bert_tasks.inference.prepacked_linear import linear_weights_in_bf16, prepack_linears
 from bert_tasks.inference.quantize import SizeChange, quantize_model
 from bert_tasks.inference.windows import collect_window_logits
 from bert_tasks.runtime import resolve_mixed_precision
@@ -34,7 +35,9 @@ class TorchBackend:
         self.model.to(self.device)
         self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
         if self.bf16:
-            _linear_weights_in_bf16(self.model)
+            linear_weights_in_bf16(self.model)
+            if self.device.type == "cpu":
+                prepack_linears(self.model)
 
     def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
         """Logits per encoded row, in row order (`collect_window_logits` over `PaddedBatches`)."""
@@ -43,17 +46,3 @@ class TorchBackend:
             return collect_window_logits(
                 self.model, batches, len(encoded), device=self.device, progress=self.progress
             )
-
-
-def _linear_weights_in_bf16(model: torch.nn.Module) -> None:
-    """Hold every Linear's weight and bias in bf16, as autocast would cast them for each forward.
-
-    Autocast runs a Linear in bf16 by casting its fp32 weight and bias on every call: ~1,600 casts and
-    3-4 ms of every prediction call on 2 CPU cores whatever its size, 5% of a server's 15-text batch
-    (BENCHMARKS.md, "Serving over HTTP"). Cast once, the same bf16 values meet the same bf16 inputs, so
-    the logits are bit for bit those of autocast; the other layers (embeddings, LayerNorm) stay fp32 and
-    autocast still decides their precision. The model is the backend's own: prediction never trains it.
-    """
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
-            module.to(torch.bfloat16)

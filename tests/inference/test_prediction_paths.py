@@ -75,21 +75,28 @@ def test_a_batch_is_padded_to_its_longest_window_rounded_up() -> None:
 
 
 @pytest.mark.parametrize("task", ["sentiment", "ner"])
-def test_bf16_prediction_holds_linear_weights_in_bf16_with_autocast_s_very_logits(
-    task: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("prepack", [True, False], ids=["prepacked", "plain-bf16"])
+def test_bf16_prediction_gives_autocast_s_very_logits_with_weights_cast_once(
+    task: str, prepack: bool, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under bf16 each Linear keeps bf16 weights instead of autocast casting them every call; the window
-    logits are bit for bit those of autocast over the fp32 weights, and the other layers stay fp32."""
-    from bert_tasks.inference import torch_backend
+    """Under bf16 on CPU each Linear is cast to bf16 once and prepacked for oneDNN (or, where it cannot
+    be, kept as a bf16 Linear) instead of autocast casting its fp32 weight every call; the window logits
+    are bit for bit those of autocast over the fp32 weights either way, and the other layers stay fp32."""
+    from bert_tasks.inference import prepacked_linear, torch_backend
 
     run = request.getfixturevalue(f"{task}_run")
+    if not prepack:
+        monkeypatch.setattr(prepacked_linear, "_packed_weight", lambda linear: None)
     held = Predictor(run, mixed_precision="bf16", progress=False)
-    monkeypatch.setattr(torch_backend, "_linear_weights_in_bf16", lambda model: None)
+    monkeypatch.setattr(torch_backend, "linear_weights_in_bf16", lambda model: None)
     cast = Predictor(run, mixed_precision="bf16", progress=False)
-    linears = [m for m in held.model.modules() if isinstance(m, torch.nn.Linear)]
-    assert linears and all(m.weight.dtype == m.bias.dtype == torch.bfloat16 for m in linears)
     untouched = [m for m in cast.model.modules() if isinstance(m, torch.nn.Linear)]
-    assert all(m.weight.dtype == torch.float32 for m in untouched)
+    assert untouched and all(m.weight.dtype == torch.float32 for m in untouched)
+    linears = [m for m in held.model.modules() if isinstance(m, torch.nn.Linear)]
+    packed = [m for m in held.model.modules() if isinstance(m, prepacked_linear.PrepackedLinear)]
+    assert len(packed if prepack else linears) == len(untouched)
+    assert all(m.weight.dtype == m.bias.dtype == torch.bfloat16 for m in linears)
+    assert all(m.bias.dtype == torch.bfloat16 for m in packed)
     assert held.model.get_input_embeddings().weight.dtype == torch.float32
     texts = TEXTS[task]
     raw = held.task.texts_to_raw(texts)

@@ -1,0 +1,93 @@
+"""bf16 Linear layers for CPU inference whose weights oneDNN lays out once, not on every call."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class PrepackedLinear(nn.Module):
+    """A bf16 Linear whose weight is held in oneDNN's blocked layout, reordered once at load time.
+
+    A bf16 `F.linear` on CPU hands oneDNN a row-major weight, which it reorders into its blocked layout
+    on every call; reordered once, the same matmul computes the same bits 1.05-1.2x faster at 128-8,192
+    rows and up to 2x at 1-16 rows (AMD EPYC, BENCHMARKS.md "Inference at the GEMM roofline"). The two
+    ops are the ones inductor's freezing pass emits for CPU Linear layers (`torch.ops.mkldnn`); they are
+    not public API, so `prepack_linears` checks each layer against `F.linear` and keeps the plain layer
+    wherever they are missing or disagree.
+    """
+
+    def __init__(self, linear: nn.Linear, packed: torch.Tensor) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = packed  # [out, in] in oneDNN's opaque layout: not a parameter, never saved
+        bias = None if linear.bias is None else linear.bias.detach()
+        self.register_buffer("bias", bias)  # [out], bf16, or None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # [..., in] -> [..., out] in bf16; autocast casts a Linear's input to bf16 the same way
+        return _product(x.to(torch.bfloat16), self.packed, self.bias)
+
+    def extra_repr(self) -> str:
+        with_bias = self.bias is not None
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={with_bias}"
+
+
+def linear_weights_in_bf16(model: torch.nn.Module) -> None:
+    """Hold every Linear's weight and bias in bf16, as autocast would cast them for each forward.
+
+    Autocast runs a Linear in bf16 by casting its fp32 weight and bias on every call: ~1,600 casts and
+    3-4 ms of every prediction call on 2 CPU cores whatever its size, 5% of a server's 15-text batch
+    (BENCHMARKS.md, "Serving over HTTP"). Cast once, the same bf16 values meet the same bf16 inputs, so
+    the logits are bit for bit those of autocast; the other layers (embeddings, LayerNorm) stay fp32 and
+    autocast still decides their precision. The model is the backend's own: prediction never trains it.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.to(torch.bfloat16)
+
+
+def prepack_linears(model: nn.Module) -> int:
+    """Replace each bf16 Linear of a CPU inference model by a `PrepackedLinear`; return how many.
+
+    A layer stays the plain bf16 Linear where this torch cannot prepack it or the prepacked product
+    differs from `F.linear`'s.
+    """
+    if not (torch.backends.mkldnn.is_available() and _bf16_supported()):
+        return 0
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and child.weight.dtype == torch.bfloat16:
+                packed = _packed_weight(child)
+                if packed is not None:
+                    setattr(parent, name, PrepackedLinear(child, packed))
+                    replaced += 1
+    return replaced
+
+
+def _bf16_supported() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without the op
+        return False
+
+
+def _packed_weight(linear: nn.Linear) -> torch.Tensor | None:
+    """The layer's bf16 weight reordered by oneDNN, or None where that fails or changes the product."""
+    probe = torch.randn(3, linear.in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach())
+        with torch.inference_mode():
+            agrees = torch.equal(
+                _product(probe, packed, linear.bias),
+                nn.functional.linear(probe, linear.weight, linear.bias),
+            )
+    except (AttributeError, RuntimeError):  # the op is missing or refuses this layer
+        return None
+    return packed if agrees else None
+
+
+def _product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ W.T + b with W prepacked: no post-op fused ("none"), as inductor calls it for a plain Linear."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
