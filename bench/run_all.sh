@@ -12,6 +12,7 @@ run() {
 }
 run levers python bench/levers.py
 run attention python bench/attention.py --repeats 4
+run prepacked python bench/prepacked_linear.py
 python bench/attention_groups.py > bench/results/attention_groups.log 2>&1
 run finetune_sentiment python bench/finetune_sentiment.py --repeats 3
 OMP_NUM_THREADS=1 taskset -c 1 python bench/profile_step.py > bench/results/profile_step.log 2>&1

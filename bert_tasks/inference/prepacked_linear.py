@@ -10,8 +10,8 @@ class PrepackedLinear(nn.Module):
     """A bf16 Linear whose weight is held in oneDNN's blocked layout, reordered once at load time.
 
     A bf16 `F.linear` on CPU hands oneDNN a row-major weight, which it reorders into its blocked layout
-    on every call; reordered once, the same matmul computes the same bits 1.05-1.2x faster at 128-8,192
-    rows and up to 2x at 1-16 rows (AMD EPYC, BENCHMARKS.md "Inference at the GEMM roofline"). The two
+    on every call; reordered once, the same matmul computes the same bits 1.07-1.3x faster at 128-8,192
+    rows and 1.6-2.2x at 1-16 rows (AMD EPYC, BENCHMARKS.md "Inference at the GEMM roofline"). The two
     ops are the ones inductor's freezing pass emits for CPU Linear layers (`torch.ops.mkldnn`); they are
     not public API, so `prepack_linears` checks each layer against `F.linear` and keeps the plain layer
     wherever they are missing or disagree.
