@@ -28,6 +28,12 @@ class PrepackedLinear(nn.Module):
         # [..., in] -> [..., out] in bf16; autocast casts a Linear's input to bf16 the same way
         return _product(x.to(torch.bfloat16), self.packed, self.bias)
 
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        """Save as the bf16 Linear it was (`weight`, `bias`): a prepacked model's state_dict, and so
+        `save_pretrained` and the fused attention's save hook, read as a plain bf16 model's."""
+        destination[prefix + "weight"] = self.packed.to_dense()  # [out, in], row-major again
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+
     def extra_repr(self) -> str:
         with_bias = self.bias is not None
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={with_bias}"

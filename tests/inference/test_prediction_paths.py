@@ -98,6 +98,7 @@ def test_bf16_prediction_gives_autocast_s_very_logits_with_weights_cast_once(
     assert all(m.weight.dtype == m.bias.dtype == torch.bfloat16 for m in linears)
     assert all(m.bias.dtype == torch.bfloat16 for m in packed)
     assert held.model.get_input_embeddings().weight.dtype == torch.float32
+    assert held.model.state_dict().keys() == cast.model.state_dict().keys()  # save_pretrained still works
     texts = TEXTS[task]
     raw = held.task.texts_to_raw(texts)
     for mine, theirs in zip(held.window_logits(raw)[1], cast.window_logits(raw)[1], strict=True):

@@ -52,3 +52,13 @@ def test_a_layer_whose_prepacked_product_differs_stays_plain(monkeypatch: pytest
     linear_weights_in_bf16(model)
     assert prepack_linears(model) == 0
     assert type(model[0]) is nn.Linear and type(model[2][0]) is nn.Linear
+
+
+def test_a_prepacked_model_saves_the_state_dict_of_its_plain_bf16_self() -> None:
+    plain, packed = _model(), _model()
+    linear_weights_in_bf16(plain)
+    linear_weights_in_bf16(packed)
+    prepack_linears(packed)
+    mine, theirs = packed.state_dict(), plain.state_dict()
+    assert list(mine) == list(theirs)
+    assert all(torch.equal(mine[key], theirs[key]) for key in theirs)
