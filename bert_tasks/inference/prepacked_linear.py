@@ -20,7 +20,7 @@ class PrepackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear, packed: torch.Tensor) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = packed  # [out, in] in oneDNN's opaque layout: not a parameter, never saved
+        self.packed = packed  # [out, in] in oneDNN's opaque layout: no parameter; saved as `weight`
         bias = None if linear.bias is None else linear.bias.detach()
         self.register_buffer("bias", bias)  # [out], bf16, or None
 
@@ -39,7 +39,7 @@ class PrepackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={with_bias}"
 
 
-def linear_weights_in_bf16(model: torch.nn.Module) -> None:
+def linear_weights_in_bf16(model: nn.Module) -> None:
     """Hold every Linear's weight and bias in bf16, as autocast would cast them for each forward.
 
     Autocast runs a Linear in bf16 by casting its fp32 weight and bias on every call: ~1,600 casts and
@@ -49,7 +49,7 @@ def linear_weights_in_bf16(model: torch.nn.Module) -> None:
     autocast still decides their precision. The model is the backend's own: prediction never trains it.
     """
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
+        if isinstance(module, nn.Linear):
             module.to(torch.bfloat16)
 
 
