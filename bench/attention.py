@@ -19,7 +19,6 @@ CPU: each Linear's weight cast to bf16 once and prepacked for oneDNN (`inference
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from common import machine_line
+from common import machine_line, write_json
 from transformers import BertForSequenceClassification
 
 from bert_tasks import load_model
@@ -198,9 +197,7 @@ def main() -> None:
                         f"{row['peak_tflops']:.3f} |",
                         flush=True,
                     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from common import machine_line
+from common import machine_line, write_json
 from torch import nn
 
 from bert_tasks.inference.prepacked_linear import PrepackedLinear, prepack_linears
@@ -34,6 +33,14 @@ def time_calls(layer: nn.Module, x: torch.Tensor, calls: int, times: list[float]
         start = time.perf_counter()
         layer(x)
         times.append((time.perf_counter() - start) * 1e3)
+
+
+def table_line(row: dict[str, object]) -> str:
+    same = "yes" if row["same_bits"] else "NO"
+    return (
+        f"| {row['rows']} | {row['shape']} | {row['plain_ms']:.3f} | {row['packed_ms']:.3f} | "
+        f"{row['ratio']:.2f}x | {row['packed_gflops']:.0f} | {same} |"
+    )
 
 
 def main() -> None:
@@ -77,14 +84,8 @@ def main() -> None:
                 "same_bits": same,
             }
             rows.append(row)
-            print(
-                f"| {n} | {row['shape']} | {plain_ms:.3f} | {packed_ms:.3f} | {row['ratio']:.2f}x | "
-                f"{row['packed_gflops']:.0f} | {'yes' if same else 'NO'} |",
-                flush=True,
-            )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
+            print(table_line(row), flush=True)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":
