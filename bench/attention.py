@@ -6,11 +6,11 @@ repeats on the same padded batches (~30% padding), and the table reports the med
 throughput, the ratio to HF sdpa, the peak tensor memory of one step, and the model FLOP utilisation:
 real tokens/s x FLOP per token (the issue's 67.4 MFLOP for a training step of the default model at 128
 tokens, a third of it for a forward) over the peak matmul rate of this machine in that dtype: a 4096^3
-GEMM (bf16: the faster of plain and prepacked) timed after every repeat, their median (the last column).
+GEMM (the faster of plain and prepacked) timed after every repeat, their median (the last column).
 "bert-tasks attn-drop 0" is bert-tasks trained with `attention_dropout=0` (training rows only: inference
 has no dropout), the setting that lets long inputs use SDPA's flash kernel.
-"bert-tasks as predict" (bf16 inference rows only) is the model as `predict` and `Predictor` run it on
-CPU: each Linear's weight cast to bf16 once and prepacked for oneDNN (`inference/prepacked_linear.py`).
+"bert-tasks as predict" (inference rows only) is the model as `predict` and `Predictor` run it on CPU:
+each Linear's weight prepacked for oneDNN (`inference/prepacked_linear.py`), in bf16 cast to bf16 first.
 
     python bench/attention.py                      # default model, batch 32, seq 128 and 512
     python bench/attention.py --seq-lens 128 --repeats 5 --json bench/results/attention.json
@@ -37,9 +37,10 @@ from bert_tasks.modeling.load import resolve_model_path
 from bert_tasks.modeling.patch import set_attention_dropout
 
 NO_ATTENTION_DROPOUT = "bert-tasks attn-drop 0"
-#: The model as `predict` and the library run it in bf16 on CPU: Linear weights cast once and prepacked.
-AS_PREDICT_RUNS_IT = "bert-tasks as predict"
-IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks", NO_ATTENTION_DROPOUT, AS_PREDICT_RUNS_IT)
+#: The model as `predict` and the library run it on CPU: bf16 Linear weights cast once and prepacked,
+#: and in fp32 (`mixed_precision=no`) the fp32 weights prepacked.
+AS_PREDICT = {"bf16": "bert-tasks as predict", "fp32": "bert-tasks as predict fp32"}
+IMPLEMENTATIONS = ("hf-eager", "hf-sdpa", "bert-tasks", NO_ATTENTION_DROPOUT, *AS_PREDICT.values())
 #: FLOP per real token of the default model (6 layers, 384 wide, 128 tokens): training, and a forward.
 TRAIN_FLOP_PER_TOKEN = 67.4e6
 FORWARD_FLOP_PER_TOKEN = TRAIN_FLOP_PER_TOKEN / 3
@@ -50,8 +51,9 @@ def build_model(name: str, model_path: str) -> torch.nn.Module:
         model = load_model(model_path, "sentiment", ["negative", "positive"])
         if name == NO_ATTENTION_DROPOUT:
             set_attention_dropout(model, 0.0)
-        if name == AS_PREDICT_RUNS_IT:
+        if name == AS_PREDICT["bf16"]:
             linear_weights_in_bf16(model)
+        if name in AS_PREDICT.values():
             prepack_linears(model)
         return model
     attn = name.removeprefix("hf-")
@@ -98,22 +100,22 @@ def make_step(
 
 
 def runs_in(name: str, mode: str, dtype: str) -> bool:
-    """Whether an implementation has a row here: no dropout to switch off in inference, and the
-    prepacked bf16 model only predicts in bf16."""
-    if name == AS_PREDICT_RUNS_IT:
-        return mode == "inference" and dtype == "bf16"
+    """Whether an implementation has a row here: no dropout to switch off in inference, and a
+    prepacked model only predicts, in its own dtype."""
+    if name in AS_PREDICT.values():
+        return mode == "inference" and name == AS_PREDICT[dtype]
     return mode == "train" or name != NO_ATTENTION_DROPOUT
 
 
 def peak_matmul_flops(dtype: str, size: int = 4096, repeats: int = 5) -> float:
-    """The best FLOP/s of a square GEMM in `dtype` on this machine: the MFU denominator. In bf16 the GEMM
-    also runs with its weight prepacked for oneDNN, as prediction runs it (about 6% faster on an EPYC),
-    and the faster of the two counts, so that prepacking cannot lift an MFU above the machine's peak."""
+    """The best FLOP/s of a square GEMM in `dtype` on this machine: the MFU denominator. The GEMM also
+    runs with its weight prepacked for oneDNN, as prediction runs it (in bf16 about 6% faster on an
+    EPYC), and the faster of the two counts, so that prepacking cannot lift an MFU above the peak."""
     torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     a, b = (torch.randn(size, size, dtype=torch_dtype) for _ in range(2))
     products: list[Callable[[], object]] = [lambda: a @ b]
     prepacked = torch.nn.Sequential(torch.nn.Linear(size, size, bias=False).to(torch_dtype))
-    if dtype == "bf16" and prepack_linears(prepacked):
+    if prepack_linears(prepacked):
         products.append(lambda: prepacked(a))
     best = float("inf")
     with torch.inference_mode():

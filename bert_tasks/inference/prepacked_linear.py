@@ -1,4 +1,4 @@
-"""bf16 Linear layers for CPU inference whose weights oneDNN lays out once, not on every call."""
+"""Linear layers for CPU inference whose weights oneDNN lays out once, not on every call."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ from torch import nn
 
 
 class PrepackedLinear(nn.Module):
-    """A bf16 Linear whose weight is held in oneDNN's blocked layout, reordered once at load time.
+    """A bf16 or fp32 Linear whose weight is held in oneDNN's blocked layout, reordered once at load time.
 
     A bf16 `F.linear` on CPU hands oneDNN a row-major weight, which it reorders into its blocked layout
     on every call; reordered once, the same matmul computes the same bits 1.07-1.3x faster at 128-8,192
-    rows and 1.6-2.2x at 1-16 rows (AMD EPYC, BENCHMARKS.md "Inference at the GEMM roofline"). The two
-    ops are the ones inductor's freezing pass emits for CPU Linear layers (`torch.ops.mkldnn`); they are
-    not public API, so `prepack_linears` checks each layer against `F.linear` and keeps the plain layer
-    wherever they are missing or disagree.
+    rows and 1.6-2.2x at 1-16 rows (AMD EPYC, BENCHMARKS.md "Inference at the GEMM roofline"). An fp32
+    `F.linear` runs MKL's GEMM; oneDNN's on the prepacked weight was 1.25-1.6x faster on one EPYC core,
+    in fp32 but another summation order (differences ~1e-6). The two ops are the ones inductor's
+    freezing pass emits for CPU Linear layers (`torch.ops.mkldnn`); they are not public API, so
+    `prepack_linears` checks each layer against `F.linear` and keeps the plain layer wherever they are
+    missing or disagree.
     """
 
     def __init__(self, linear: nn.Linear, packed: torch.Tensor) -> None:
@@ -22,15 +24,16 @@ class PrepackedLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = packed  # [out, in] in oneDNN's opaque layout: no parameter; saved as `weight`
         bias = None if linear.bias is None else linear.bias.detach()
-        self.register_buffer("bias", bias)  # [out], bf16, or None
+        self.register_buffer("bias", bias)  # [out] in the weight's dtype, or None
+        self.dtype = linear.weight.dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # [..., in] -> [..., out] in bf16; autocast casts a Linear's input to bf16 the same way
-        return _product(x.to(torch.bfloat16), self.packed, self.bias)
+        # [..., in] -> [..., out] in the weight's dtype; autocast casts a bf16 Linear's input the same way
+        return _product(x.to(self.dtype), self.packed, self.bias)
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
-        """Save as the bf16 Linear it was (`weight`, `bias`): a prepacked model's state_dict, and so
-        `save_pretrained` and the fused attention's save hook, read as a plain bf16 model's."""
+        """Save as the Linear it was (`weight`, `bias`): a prepacked model's state_dict, and so
+        `save_pretrained` and the fused attention's save hook, read as the plain model's."""
         destination[prefix + "weight"] = self.packed.to_dense()  # [out, in], row-major again
         super()._save_to_state_dict(destination, prefix, keep_vars)
 
@@ -54,17 +57,18 @@ def linear_weights_in_bf16(model: nn.Module) -> None:
 
 
 def prepack_linears(model: nn.Module) -> int:
-    """Replace each bf16 Linear of a CPU inference model by a `PrepackedLinear`; return how many.
+    """Replace each bf16 or fp32 Linear of a CPU inference model by a `PrepackedLinear`; return how many.
 
-    A layer stays the plain bf16 Linear where this torch cannot prepack it or the prepacked product
-    differs from `F.linear`'s.
+    A layer stays the plain Linear where this torch cannot prepack it or the prepacked product differs
+    from `F.linear`'s: in any bit in bf16, beyond fp32's rounding (1e-5) in fp32.
     """
-    if not (torch.backends.mkldnn.is_available() and _bf16_supported()):
+    if not torch.backends.mkldnn.is_available():
         return 0
+    dtypes = {torch.float32, torch.bfloat16} if _bf16_supported() else {torch.float32}
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear) and child.weight.dtype == torch.bfloat16:
+            if isinstance(child, nn.Linear) and child.weight.dtype in dtypes:
                 packed = _packed_weight(child)
                 if packed is not None:
                     setattr(parent, name, PrepackedLinear(child, packed))
@@ -80,17 +84,18 @@ def _bf16_supported() -> bool:
 
 
 def _packed_weight(linear: nn.Linear) -> torch.Tensor | None:
-    """The layer's bf16 weight reordered by oneDNN, or None where that fails or changes the product."""
-    probe = torch.randn(3, linear.in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    """The layer's weight reordered by oneDNN, or None where that fails or changes the product."""
+    dtype = linear.weight.dtype
+    probe = torch.randn(3, linear.in_features, generator=torch.Generator().manual_seed(0)).to(dtype)
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach())
         with torch.inference_mode():
-            agrees = torch.equal(
-                _product(probe, packed, linear.bias),
-                nn.functional.linear(probe, linear.weight, linear.bias),
-            )
+            mine = _product(probe, packed, linear.bias)
+            theirs = nn.functional.linear(probe, linear.weight, linear.bias)
     except (AttributeError, RuntimeError):  # the op is missing or refuses this layer
         return None
+    exact = dtype == torch.bfloat16
+    agrees = torch.equal(mine, theirs) if exact else torch.allclose(mine, theirs, rtol=1e-5, atol=1e-5)
     return packed if agrees else None
 
 

@@ -36,8 +36,8 @@ class TorchBackend:
         self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
         if self.bf16:
             linear_weights_in_bf16(self.model)
-            if self.device.type == "cpu":
-                prepack_linears(self.model)
+        if self.device.type == "cpu" and not quantize:
+            prepack_linears(self.model)
 
     def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
         """Logits per encoded row, in row order (`collect_window_logits` over `PaddedBatches`)."""

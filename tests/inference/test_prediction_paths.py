@@ -89,6 +89,7 @@ def test_bf16_prediction_gives_autocast_s_very_logits_with_weights_cast_once(
         monkeypatch.setattr(prepacked_linear, "_packed_weight", lambda linear: None)
     held = Predictor(run, mixed_precision="bf16", progress=False)
     monkeypatch.setattr(torch_backend, "linear_weights_in_bf16", lambda model: None)
+    monkeypatch.setattr(torch_backend, "prepack_linears", lambda model: 0)
     cast = Predictor(run, mixed_precision="bf16", progress=False)
     untouched = [m for m in cast.model.modules() if isinstance(m, torch.nn.Linear)]
     assert untouched and all(m.weight.dtype == torch.float32 for m in untouched)
@@ -103,3 +104,34 @@ def test_bf16_prediction_gives_autocast_s_very_logits_with_weights_cast_once(
     raw = held.task.texts_to_raw(texts)
     for mine, theirs in zip(held.window_logits(raw)[1], cast.window_logits(raw)[1], strict=True):
         np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize("task", ["sentiment", "ner"])
+def test_fp32_prediction_with_prepacked_weights_agrees_with_plain_fp32_to_its_rounding(
+    task: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fp32 on CPU prepacks every Linear too (oneDNN's GEMM instead of MKL's: another summation order), so
+    its logits agree with plain fp32 to fp32's rounding, not bit for bit, and give the same records."""
+    from bert_tasks.inference import prepacked_linear, torch_backend
+
+    run = request.getfixturevalue(f"{task}_run")
+    packed = Predictor(run, mixed_precision="no", progress=False)
+    monkeypatch.setattr(torch_backend, "prepack_linears", lambda model: 0)
+    plain = Predictor(run, mixed_precision="no", progress=False)
+    layers = [m for m in packed.model.modules() if isinstance(m, prepacked_linear.PrepackedLinear)]
+    assert layers and all(m.dtype == torch.float32 for m in layers)
+    raw = packed.task.texts_to_raw(TEXTS[task])
+    for mine, theirs in zip(packed.window_logits(raw)[1], plain.window_logits(raw)[1], strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+    assert _rounded(packed.records(TEXTS[task])) == _rounded(plain.records(TEXTS[task]))
+
+
+def _rounded(value: object) -> object:
+    """Records with their scores to 4 decimals: labels, spans and offsets compared exactly."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value

@@ -1,5 +1,5 @@
-"""Prepacked bf16 Linear layers compute `F.linear`'s bits at any shape, and a model keeps plain layers
-wherever prepacking is unavailable."""
+"""Prepacked bf16 Linear layers compute `F.linear`'s bits at any shape (fp32 ones its values to fp32's
+rounding), and a model keeps plain layers wherever prepacking is unavailable."""
 
 from __future__ import annotations
 
@@ -31,10 +31,15 @@ def test_prepacked_layers_give_the_bits_of_plain_bf16_layers_under_autocast(shap
     assert torch.equal(mine, theirs)
 
 
-def test_a_fp32_layer_is_not_prepacked() -> None:
-    model = _model()
-    assert prepack_linears(model) == 0
-    assert all(type(module) is nn.Linear for module in (model[0], model[2][0]))
+@pytest.mark.parametrize("shape", [(1, 16), (2, 7, 16), (300, 16)])
+def test_prepacked_fp32_layers_agree_with_plain_ones_to_fp32_rounding(shape: tuple[int, ...]) -> None:
+    plain, packed = _model(), _model()
+    assert prepack_linears(packed) == 2
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        mine, theirs = packed(x), plain(x)
+    assert mine.dtype == torch.float32
+    torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
 
 
 def test_without_onednn_bf16_the_layers_stay_plain(monkeypatch: pytest.MonkeyPatch) -> None:
