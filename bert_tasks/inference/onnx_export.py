@@ -161,7 +161,7 @@ def _export_checked(loaded: FinetunedModel, raw: Dataset, graph: Path, method: s
     task, tokenizer, policy = loaded.task, loaded.tokenizer, loaded.policy
     encoded = task.encode(raw, tokenizer, None, policy.max_length, policy.stride)
     padding = Padding.of(tokenizer, task.pad_to_multiple_of)
-    reference = TorchBackend(loaded.model, None, "no").window_logits(encoded, padding, 64)
+    reference = TorchBackend(loaded.model, None, "no", prepack=False).window_logits(encoded, padding, 64)
     model = traceable(loaded.model.cpu())
     if method is None:
         _trace(model, tokenizer, graph)

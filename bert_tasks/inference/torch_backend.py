@@ -25,8 +25,15 @@ class TorchBackend:
     """A loaded model on the best device: CUDA when there is one, CPU for int8 Linear layers."""
 
     def __init__(
-        self, model: PreTrainedModel, quantize: str | None, mixed_precision: str, progress: bool = True
+        self,
+        model: PreTrainedModel,
+        quantize: str | None,
+        mixed_precision: str,
+        progress: bool = True,
+        prepack: bool = True,
     ) -> None:
+        """`prepack=False` keeps the model's Linear layers as they are (on CPU they are otherwise
+        prepacked for oneDNN in place): the ONNX export's reference is the very model it traces."""
         self.model, self.progress = model, progress
         #: Weight bytes before/after quantization; None for a float model.
         self.quantized: SizeChange | None = quantize_model(model, quantize) if quantize else None
@@ -36,7 +43,7 @@ class TorchBackend:
         self.bf16 = not quantize and resolve_mixed_precision(mixed_precision) == "bf16"
         if self.bf16:
             linear_weights_in_bf16(self.model)
-        if self.device.type == "cpu" and not quantize:
+        if prepack and self.device.type == "cpu" and not quantize:
             prepack_linears(self.model)
 
     def window_logits(self, encoded: Dataset | Table, padding: Padding, batch_size: int) -> list[np.ndarray]:
