@@ -12,11 +12,11 @@ class PrepackedLinear(nn.Module):
     A bf16 `F.linear` on CPU hands oneDNN a row-major weight, which it reorders into its blocked layout
     on every call; reordered once, the same matmul computes the same bits 1.07-1.3x faster at 128-8,192
     rows and 1.6-2.2x at 1-16 rows (AMD EPYC, BENCHMARKS.md "Inference at the GEMM roofline"). An fp32
-    `F.linear` runs MKL's GEMM; oneDNN's on the prepacked weight was 1.25-1.6x faster on one EPYC core,
-    in fp32 but another summation order (differences ~1e-6). The two ops are the ones inductor's
-    freezing pass emits for CPU Linear layers (`torch.ops.mkldnn`); they are not public API, so
-    `prepack_linears` checks each layer against `F.linear` and keeps the plain layer wherever they are
-    missing or disagree.
+    `F.linear` runs MKL's GEMM; oneDNN's on the prepacked weight was 1.1-1.25x faster on 2 EPYC cores
+    (1.25-1.6x on one), in fp32 but another summation order (differences ~1e-6). The two ops are the
+    ones inductor's freezing pass emits for CPU Linear layers (`torch.ops.mkldnn`); they are not public
+    API, so `prepack_linears` checks each layer against `F.linear` and keeps the plain layer wherever
+    they are missing or disagree.
     """
 
     def __init__(self, linear: nn.Linear, packed: torch.Tensor) -> None:
