@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from common import machine_line, write_json
+from common import machine_line, timed, write_json
 from transformers import BertForSequenceClassification
 
 from bert_tasks import load_model
@@ -107,28 +107,31 @@ def runs_in(name: str, mode: str, dtype: str) -> bool:
     return mode == "train" or name != NO_ATTENTION_DROPOUT
 
 
-def peak_matmul_flops(dtype: str, size: int = 4096, repeats: int = 5) -> float:
-    """The best FLOP/s of a square GEMM in `dtype` on this machine: the MFU denominator. The GEMM also
-    runs with its weight prepacked for oneDNN, as prediction runs it (in bf16 about 6% faster on an
-    EPYC), and the faster of the two counts, so that prepacking cannot lift an MFU above the peak."""
-    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
-    a, b = (torch.randn(size, size, dtype=torch_dtype) for _ in range(2))
-    products: list[Callable[[], object]] = [lambda: a @ b]
-    prepacked = torch.nn.Sequential(torch.nn.Linear(size, size, bias=False).to(torch_dtype))
-    if prepack_linears(prepacked):
-        products.append(lambda: prepacked(a))
-    best = float("inf")
-    with torch.inference_mode():
-        for product in products:
-            product()  # warm-up: oneDNN picks and caches its kernel
-            best = min(best, *(_seconds(product) for _ in range(repeats)))
-    return 2 * size**3 / best
+class PeakGemm:
+    """A square GEMM in one dtype, its operands built once: the MFU denominator, read again and again.
 
+    The GEMM also runs with its weight prepacked for oneDNN, as prediction runs it (in bf16 about 6%
+    faster on an EPYC), and the faster of the two counts, so that prepacking cannot lift an MFU above
+    the peak.
+    """
 
-def _seconds(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    def __init__(self, dtype: str, size: int = 4096) -> None:
+        torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+        a, b = (torch.randn(size, size, dtype=torch_dtype) for _ in range(2))  # [size, size] each
+        self.products: list[Callable[[], object]] = [lambda: a @ b]
+        prepacked = torch.nn.Sequential(torch.nn.Linear(size, size, bias=False).to(torch_dtype))
+        if prepack_linears(prepacked):
+            self.products.append(lambda: prepacked(a))
+        self.flop = 2 * size**3
+        with torch.inference_mode():
+            for product in self.products:
+                product()  # warm-up: oneDNN picks and caches its kernel
+
+    def flops(self, repeats: int) -> float:
+        """The best FLOP/s of `repeats` calls of each product."""
+        with torch.inference_mode():
+            best = min(timed(product)[1] for product in self.products for _ in range(repeats))
+        return self.flop / best
 
 
 def main() -> None:
@@ -150,8 +153,9 @@ def main() -> None:
     models = {name: build_model(name, model_path) for name in IMPLEMENTATIONS}
     vocab = models["hf-sdpa"].config.vocab_size
     print(f"model {args.model} | batch {args.batch} | {machine_line()}")
-    peaks = {dtype: peak_matmul_flops(dtype) / 1e12 for dtype in args.dtypes}
-    print(" | ".join(f"peak {dtype} matmul at start {tflops:.3f} TFLOP/s" for dtype, tflops in peaks.items()))
+    gemms = {dtype: PeakGemm(dtype) for dtype in args.dtypes}
+    for dtype, gemm in gemms.items():
+        print(f"peak {dtype} matmul at start {gemm.flops(5) / 1e12:.3f} TFLOP/s")
     rows = []
     for seq_len in args.seq_lens:
         batch = padded_batch(args.batch, seq_len, vocab, seed=seq_len)
@@ -174,7 +178,7 @@ def main() -> None:
                         start = time.perf_counter()
                         step()
                         times[name].append(time.perf_counter() - start)
-                    peak_samples.append(peak_matmul_flops(dtype, repeats=1))
+                    peak_samples.append(gemms[dtype].flops(repeats=1))
                 peak = statistics.median(peak_samples)
                 peaks = {name: peak_memory_bytes(step) for name, step in steps.items()}
                 base = real_tokens / statistics.median(times["hf-sdpa"])
