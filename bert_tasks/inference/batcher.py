@@ -35,6 +35,8 @@ class BatchCounters:
     texts: int = 0
     batches: int = 0
     failed_batches: int = 0
+    #: Wall seconds the model thread spent in batches: over a span of time, how busy the model was.
+    model_seconds: float = 0.0
 
 
 @dataclass
@@ -125,7 +127,7 @@ class MicroBatcher:
         texts = [text for pending in batch for text in pending.texts]
         self.counters.batches += 1
         try:
-            results = await loop.run_in_executor(self._worker, self.run, texts)
+            results = await loop.run_in_executor(self._worker, self._timed_run, texts)
         except Exception as error:
             self.counters.failed_batches += 1
             if len(batch) == 1:
@@ -139,6 +141,14 @@ class MicroBatcher:
             end = start + len(pending.texts)
             _settle(pending.future, list(results[start:end]))
             start = end
+
+    def _timed_run(self, texts: list[Any]) -> Sequence[Any]:
+        """`run`, in the worker thread, its time added to `model_seconds` whether it succeeds or not."""
+        start = time.perf_counter()
+        try:
+            return self.run(texts)
+        finally:
+            self.counters.model_seconds += time.perf_counter() - start
 
 
 def _settle(future: asyncio.Future[list[Any]], outcome: list[Any] | Exception) -> None:

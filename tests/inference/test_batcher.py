@@ -110,6 +110,22 @@ def test_close_finishes_every_request_already_submitted_then_refuses() -> None:
     results, batcher = asyncio.run(scenario())
     assert results == [[f"T{n}"] for n in range(7)]
     assert batcher.counters.batches == 4
+    # four batches of 0.05 s each in the model thread, and not much more (the thread did nothing else)
+    assert 4 * 0.05 <= batcher.counters.model_seconds < 4 * 0.05 + 1.0
+
+
+def test_model_seconds_count_a_failing_batch_too() -> None:
+    async def scenario() -> MicroBatcher:
+        batcher = MicroBatcher(Upper(delay=0.05), max_batch=64, max_wait_ms=1)
+        batcher.start()
+        with pytest.raises(RuntimeError):
+            await batcher.submit(["boom"])
+        await batcher.close()
+        return batcher
+
+    batcher = asyncio.run(scenario())
+    assert batcher.counters.failed_batches == 1
+    assert batcher.counters.model_seconds >= 0.05
 
 
 def test_a_lone_request_waits_no_longer_than_max_wait() -> None:

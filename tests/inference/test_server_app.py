@@ -59,7 +59,7 @@ def test_health_info_and_openapi(client: TestClient, sentiment_run: Path) -> Non
     assert info["model_dir"] == str(sentiment_run.resolve())
     assert set(info["versions"]) == {"bert_tasks", "python", "torch", "transformers", "fastapi", "uvicorn"}
     assert info["limits"]["max_texts"] == MAX_TEXTS and info["batching"]["max_batch"] == 8
-    assert set(info["counters"]) == {"requests", "texts", "batches", "failed_batches"}
+    assert set(info["counters"]) == {"requests", "texts", "batches", "failed_batches", "model_seconds"}
     schema = client.get("/openapi.json").json()
     body = schema["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["properties"]) == {"texts", "records"}
