@@ -9,9 +9,16 @@ machine's load moves between them), then one server process
 --texts-per-request, --requests requests of that many texts (a client sends its next request when its
 answer came). Reported per client
 count: texts/s against the library's, latency p50/p95/p99, errors (any status but 200, or no answer),
-the model calls and mean texts per call from /info's counters, and the server's resident memory before
-the first load and after the last. Texts: SST-2 dev sentences (../shared/data/sst2/dev.tsv), cycled.
-The server is stopped with SIGTERM at the end and its exit status checked. Run from the repo root:
+from /info's counters the model calls, mean texts per call, the share of the wall time the model thread
+was busy and the texts/s it made while busy (what the model does at the server's batches, beside the
+server's own work), and the server's resident memory before the first load and after the last.
+Texts: SST-2 dev sentences (../shared/data/sst2/dev.tsv), cycled. The server is stopped with SIGTERM at
+the end and its exit status checked.
+
+The clients run in this process on the server's own cores, so what they cost is taken from the server:
+they are aiohttp's, which spent 0.16-0.19 ms of CPU per one-text request here against 1.9 ms for
+httpx's async client (41% of one of 2 cores at 32 clients). The "client CPU" column is this process's
+CPU time during the load over its wall time (1.0 = one core). Run from the repo root:
 
     python bench/serve_load.py --model /tmp/serve-bench-sentiment --json bench/results/serve_load.json
     python bench/serve_load.py --model /tmp/x --requests 200 --clients 1 8      # a quick look
@@ -32,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 import psutil
 from common import machine_line, quiet, read_tsv, table_header, table_row, write_json
@@ -82,14 +90,14 @@ def start_server(model: str, port: int, max_batch: int, max_wait_ms: float) -> s
 
 async def load(
     url: str, texts: list[str], requests: int, clients: int, per_request: int = 1
-) -> tuple[float, list[float], int]:
-    """Wall seconds, per-request latencies and the error count of `requests` requests of `per_request`
-    texts each."""
+) -> tuple[float, list[float], int, float]:
+    """Wall seconds, per-request latencies, the error count and this process's CPU seconds (the load
+    generator's own cost) of `requests` requests of `per_request` texts each."""
     latencies: list[float] = []
     errors = 0
     sent = 0
 
-    async def client(http: httpx.AsyncClient) -> None:
+    async def client(http: aiohttp.ClientSession) -> None:
         nonlocal errors, sent
         while sent < requests:
             first = sent * per_request
@@ -97,19 +105,19 @@ async def load(
             sent += 1
             start = time.perf_counter()
             try:
-                answer = await http.post(f"{url}/predict", json={"texts": sending})
-                records = answer.json()["records"] if answer.status_code == 200 else []
+                async with http.post(f"{url}/predict", json={"texts": sending}) as answer:
+                    records = (await answer.json())["records"] if answer.status == 200 else []
                 ok = [record["text"] for record in records] == sending
-            except httpx.HTTPError:
+            except (aiohttp.ClientError, asyncio.TimeoutError):
                 ok = False
             latencies.append(time.perf_counter() - start)
             errors += not ok
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=120) as http:
-        start = time.perf_counter()
+    connections = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connections, timeout=aiohttp.ClientTimeout(total=120)) as http:
+        cpu, start = time.process_time(), time.perf_counter()
         await asyncio.gather(*(client(http) for _ in range(clients)))
-        return time.perf_counter() - start, latencies, errors
+        return time.perf_counter() - start, latencies, errors, time.process_time() - cpu
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -151,9 +159,12 @@ def main() -> None:
     rows = []
     for clients, per_request in itertools.product(args.clients, args.texts_per_request):
         counters = httpx.get(f"{url}/info", timeout=60).json()["counters"]
-        seconds, latencies, errors = asyncio.run(load(url, texts, args.requests, clients, per_request))
+        seconds, latencies, errors, client_cpu = asyncio.run(
+            load(url, texts, args.requests, clients, per_request)
+        )
         after = httpx.get(f"{url}/info", timeout=60).json()["counters"]
         calls = after["batches"] - counters["batches"]
+        model_seconds = after["model_seconds"] - counters["model_seconds"]
         rss = memory.memory_info().rss
         row = {
             "clients": clients,
@@ -164,8 +175,11 @@ def main() -> None:
             "p95_ms": round(1000 * percentile(latencies, 0.95), 1),
             "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
             "errors": errors,
+            "client_cpu_share": round(client_cpu / seconds, 3),
             "model_calls": calls,
             "texts_per_call": round((after["texts"] - counters["texts"]) / max(calls, 1), 1),
+            "model_busy": round(model_seconds / seconds, 3),
+            "model_texts_per_s": round(args.requests * per_request / max(model_seconds, 1e-9), 1),
             "server_rss_mib": round(rss / (1 << 20)),
         }
         rows.append(row)
@@ -175,13 +189,15 @@ def main() -> None:
     library_after = library_throughput(args.model, texts, args.max_batch, args.repeats)
     print(f"library again, after the server stopped: {library_after:.0f} texts/s")
     columns = ["clients", "texts a request", "requests", "texts/s", "vs library", "p50 ms", "p95 ms"]
-    columns += ["p99 ms", "errors"]
-    table_header([*columns, "model calls", "texts per call", "server RSS MiB"])
+    columns += ["p99 ms", "errors", "client CPU"]
+    columns += ["model calls", "texts per call", "model busy", "model texts/s", "server RSS MiB"]
+    table_header(columns)
     for row in rows:
         row["vs_library"] = round(row["texts_per_s"] / max(library, library_after), 3)
         keys = ["clients", "texts_per_request", "requests", "texts_per_s", "vs_library", "p50_ms", "p95_ms"]
-        keys += ["p99_ms", "errors"]
-        table_row([row[key] for key in [*keys, "model_calls", "texts_per_call", "server_rss_mib"]])
+        keys += ["p99_ms", "errors", "client_cpu_share"]
+        keys += ["model_calls", "texts_per_call", "model_busy", "model_texts_per_s", "server_rss_mib"]
+        table_row([row[key] for key in keys])
     mib = 1 << 20
     print(
         f"server RSS {rss_before / mib:.0f} MiB after warm-up, {rss_after / mib:.0f} MiB after the last "
