@@ -51,7 +51,8 @@ def median(values: Sequence[float]) -> float:
 
 
 def cpu_name() -> str:
-    """The CPU model and its bf16 instructions (AMX tiles or AVX512-BF16): what bf16 speed depends on."""
+    """The CPU model and its bf16 instructions (AMX tiles or AVX512-BF16), what bf16 speed depends on;
+    without them, its widest vector unit (AVX-512 or AVX2)."""
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -61,7 +62,19 @@ def cpu_name() -> str:
         next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
     )
     isa = [name for name in ("amx_bf16", "avx512_bf16") if name in flags]
-    return f"{model} ({', '.join(isa) or 'no bf16 instructions'})"
+    if not isa:  # the widest vector unit then sets fp32 speed (bf16 is emulated, slower than fp32)
+        widest = next((name for name in ("avx512f", "avx2") if name in flags), "no avx2")
+        isa = [widest, "no bf16 instructions"]
+    return f"{model} ({', '.join(isa)})"
+
+
+def bf16_as_bert_tasks() -> bool:
+    """Whether bert-tasks' `mixed_precision=auto` takes bf16 on this machine (CUDA with bf16, or a CPU
+    with AVX512-BF16 / AMX): the precision an anchor runs at, so both sides do the same arithmetic on
+    every CPU kind (one without bf16 instructions emulates it, several times slower than fp32)."""
+    from bert_tasks.runtime import resolve_mixed_precision
+
+    return resolve_mixed_precision("auto") == "bf16"
 
 
 def machine_line() -> str:

@@ -19,7 +19,9 @@
 predicts test; bert-tasks also scores dev after every epoch and again at the end, and saves the model.
 "train ex/s" is the training loop alone: the Trainer's train_samples_per_second, and bert-tasks' training
 log over the whole loop (evaluations excluded; it counts windows, one per sentence at max_length 256).
-Both read the train/test files the recipe names. Run from the repo root:
+"bf16" for a Trainer means: where bert-tasks' `mixed_precision=auto` takes it (AVX512-BF16, AMX, CUDA),
+fp32 on a CPU without bf16 instructions, as bert-tasks. Both read the train/test files the recipe names.
+Run from the repo root:
 
     python bench/finetune_ner.py --corpus bc5cdr --json bench/results/finetune_ner_bc5cdr.json
     python bench/finetune_ner.py --corpus ncbi_disease --json bench/results/finetune_ner_ncbi_disease.json
@@ -38,6 +40,7 @@ from typing import Any
 
 import numpy as np
 from common import (
+    bf16_as_bert_tasks,
     cpu_name,
     machine_line,
     quiet,
@@ -177,7 +180,7 @@ def trainer_tags(
             per_device_train_batch_size=settings["batch_size"],
             per_device_eval_batch_size=cfg.eval_batch_size,
             learning_rate=settings["lr"],
-            bf16=True,
+            bf16=bf16_as_bert_tasks(),
             **settings["trainer"],
         ),
         train_dataset=Dataset.from_dict(train_columns),
@@ -188,7 +191,9 @@ def trainer_tags(
     # the predictions out of dataset order: predict with a Trainer in sequential order.
     predictor = Trainer(
         model=trainer.model,
-        args=training_args(tmp / "predict", per_device_eval_batch_size=cfg.eval_batch_size, bf16=True),
+        args=training_args(
+            tmp / "predict", per_device_eval_batch_size=cfg.eval_batch_size, bf16=bf16_as_bert_tasks()
+        ),
         data_collator=DataCollatorForTokenClassification(tokenizer),
     )
     logits = predictor.predict(Dataset.from_dict(test_columns)).predictions  # [N, T, C], padded

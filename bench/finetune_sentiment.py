@@ -3,7 +3,8 @@
 Speed mode (default): the same first N training rows, 1 epoch, batch 32, lr 5e-5, seed 42 for all:
   trainer-default  Trainer as run_glue.py runs it: every row padded to 128, fp32, random batches, and
                    its other defaults (adamw_torch_fused in transformers 5, no warmup, no weight decay)
-  trainer-tuned    the same Trainer with bf16, train_sampling_strategy="group_by_length" (transformers 5's
+  trainer-tuned    the same Trainer with bf16 where bert-tasks' auto takes it (a CPU with AVX512-BF16
+                   or AMX; fp32 elsewhere), train_sampling_strategy="group_by_length" (transformers 5's
                    name for group_by_length), dynamic padding (DataCollatorWithPadding), adamw_torch_fused
   bert-tasks       bert_tasks.train(load_recipe("recipes/sentiment_sst2.yaml", overrides)), the CLI's
                    code path, keeping the recipe's warmup, weight decay and precision (auto: bf16 where the
@@ -44,6 +45,7 @@ from typing import Any
 
 import numpy as np
 from common import (
+    bf16_as_bert_tasks,
     cpu_name,
     machine_line,
     median,
@@ -91,9 +93,9 @@ PAD_TO = 128
 def trainer_settings(name: str) -> dict[str, Any]:
     """TrainingArguments of each Trainer: speed mode's two (1 epoch, batch 32, lr 5e-5), and quality
     mode's at TrainingArguments' own defaults but bf16 (the arithmetic bert-tasks and the NER anchor of
-    bench/finetune_ner.py --baseline defaults run)."""
+    bench/finetune_ner.py --baseline defaults run). bf16 only where bert-tasks takes it (`auto`)."""
     if name == "trainer-defaults":
-        return {"bf16": True}
+        return {"bf16": bf16_as_bert_tasks()}
     speed_mode = {
         "num_train_epochs": 1,
         "per_device_train_batch_size": 32,
@@ -101,7 +103,7 @@ def trainer_settings(name: str) -> dict[str, Any]:
         "optim": "adamw_torch_fused",
     }
     if name == "trainer-tuned":
-        return {**speed_mode, "bf16": True, "train_sampling_strategy": "group_by_length"}
+        return {**speed_mode, "bf16": bf16_as_bert_tasks(), "train_sampling_strategy": "group_by_length"}
     return speed_mode
 
 

@@ -2,15 +2,17 @@
 
 Batches of the first `--rows` SST-2 train sentences, sorted by length and cut into batches of 32 (what
 length grouping gives the runner), or `--shape 32x128` random full batches, through the default model
-under bf16 autocast with the runner's update: forward, backward, the runner's gradient clipping and
-word-embedding gradient (`--embedding-grad`, training/gradients.py), fused AdamW. One untimed pass warms
-up; then the median of `--repeats` timed passes, and torch.profiler's self time per op over one more
-pass, grouped into GEMMs, the optimizer, zero fills, dtype casts and the rest. `--compare` times torch's
-own update (dense embedding gradient, `clip_grad_norm_`) in passes interleaved with the runner's.
+at the runner's precision (`--precision auto`: bf16 autocast where the CPU runs bf16 natively, fp32
+elsewhere, as `mixed_precision=auto` picks) with the runner's update: forward, backward, the runner's
+gradient clipping and word-embedding gradient (`--embedding-grad`, training/gradients.py), fused AdamW.
+One untimed pass warms up; then the median of `--repeats` timed passes, and torch.profiler's self time
+per op over one more pass, grouped into GEMMs, the optimizer, zero fills, dtype casts and the rest.
+`--compare` times torch's own update (dense embedding gradient, `clip_grad_norm_`) in passes interleaved
+with the runner's.
 
 The floor is what the step cannot go below at equal arithmetic on this machine: every GEMM the profiled
-pass ran, re-timed alone at its shapes in bf16 (the median of repeats), plus one fused AdamW pass over
-the model's parameters, timed alone. The step's ratio to it is what fixed costs and small ops add.
+pass ran, re-timed alone at its shapes in the step's dtype (the median of repeats), plus one fused AdamW
+pass over the model's parameters, timed alone. The step's ratio to it is what fixed costs and small ops add.
 Run from the repo root:
 
     python bench/profile_step.py                       # SST-2 batches, both cores, ~1 min
@@ -36,7 +38,7 @@ from transformers import AutoTokenizer
 
 from bert_tasks.modeling.load import bundled_model_dir, load_model
 from bert_tasks.modeling.patch import set_attention_dropout
-from bert_tasks.runtime import reuse_freed_memory
+from bert_tasks.runtime import resolve_mixed_precision, reuse_freed_memory
 from bert_tasks.training.gradients import GradientBook
 
 #: Self time of these ops, summed per group; everything else is "other".
@@ -92,15 +94,15 @@ def median_ms(fn: Callable[[], object]) -> float:
     return statistics.median(times)
 
 
-def gemm_floor_ms(events: Sequence[FunctionEvent], steps: int) -> float:
-    """Per step: every profiled mm/addmm/bmm re-run alone at its shapes in bf16, times its count."""
+def gemm_floor_ms(events: Sequence[FunctionEvent], steps: int, dtype: torch.dtype) -> float:
+    """Per step: every profiled mm/addmm/bmm re-run alone at its shapes in `dtype`, times its count."""
     counts: dict[tuple[str, tuple], int] = defaultdict(int)
     for event in events:
         if event.name in GROUPS["GEMMs"]:
             counts[event.name, tuple(tuple(shape) for shape in event.input_shapes)] += 1
     total = 0.0
     for (name, shapes), count in counts.items():
-        inputs = [torch.randn(shape, dtype=torch.bfloat16) if shape else 1.0 for shape in shapes]
+        inputs = [torch.randn(shape, dtype=dtype) if shape else 1.0 for shape in shapes]
         op = {"aten::mm": torch.mm, "aten::bmm": torch.bmm, "aten::addmm": torch.addmm}[name]
         arguments = inputs[:3]  # addmm's beta/alpha scalars stay at their defaults
         total += median_ms(lambda op=op, arguments=arguments: op(*arguments)) * count
@@ -137,6 +139,9 @@ def main() -> None:
     parser.add_argument("--shape", help="random full batches, e.g. 32x128, instead of SST-2 sentences")
     parser.add_argument("--top", type=int, default=15, help="ops listed by self time")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes over the batches; the median")
+    parser.add_argument(
+        "--precision", choices=("auto", "bf16", "fp32"), default="auto", help="auto: the runner's choice"
+    )
     parser.add_argument("--embedding-grad", choices=("touched_rows", "dense"), default="touched_rows")
     parser.add_argument("--compare", action="store_true", help="also time torch's update, interleaved")
     parser.add_argument(
@@ -145,6 +150,9 @@ def main() -> None:
     args = parser.parse_args()
     quiet()
     reuse_freed_memory()
+    bf16 = args.precision == "bf16" or (
+        args.precision == "auto" and resolve_mixed_precision("auto") == "bf16"
+    )
     torch.manual_seed(0)
     if args.shape:
         batches = random_batches(args.shape, count=8)
@@ -157,7 +165,7 @@ def main() -> None:
 
     def forward_backward(batch: Batch) -> None:
         input_ids, attention_mask, labels = batch
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
 
@@ -195,7 +203,7 @@ def main() -> None:
     with profile(record_shapes=True) as profiler:
         for batch in batches:
             step(batch)
-    gemms_ms = gemm_floor_ms(profiler.events(), len(batches))
+    gemms_ms = gemm_floor_ms(profiler.events(), len(batches), torch.bfloat16 if bf16 else torch.float32)
     adamw_ms = optimizer_floor_ms(model)
     events = profiler.key_averages()
     total = sum(event.self_cpu_time_total for event in events)
@@ -208,7 +216,8 @@ def main() -> None:
     size = len(batches[0][0])
     print(
         f"{len(batches)} batches of {size}, {tokens:.0f} real tokens on average: {step_ms:.0f} ms a step"
-        f" (median of {args.repeats} passes; word-embedding gradient {book.describe})"
+        f" (median of {args.repeats} passes; {'bf16 autocast' if bf16 else 'fp32'}; word-embedding gradient"
+        f" {book.describe})"
     )
     if torch_passes:
         torch_ms = statistics.median(torch_passes)
