@@ -11,7 +11,7 @@ model) on [N, 384] inputs of 1,200 random row counts N in 5..900 (what unpadding
 the batch's real tokens), against the same with N rounded up to a multiple of 64, and fp32.
 `--buckets-cost` prices the fix (`modeling/unpad.packed_rows`): one process, one torch thread, each call's
 batch predicted twice, with the packed rows bucketed and exact, in alternating order, so load hits both
-alike; it prints the median per-call time ratio. Run from the repo root:
+alike; it prints the median per-call time ratio, at the first of --precisions. Run from the repo root:
 
     python bench/shape_memory.py --model /tmp/serve-bench-sentiment --json bench/results/shape_memory.json
     python bench/shape_memory.py --linear
@@ -87,8 +87,9 @@ def linear_rows(mode: str, calls: int = 1200, every: int = 200) -> dict:
     return {"mode": mode, "rss_mib": rss}
 
 
-def buckets_cost(model: str, calls: int, max_texts: int) -> None:
-    """Per-call time of bf16 prediction with the packed rows bucketed against exact, alternating."""
+def buckets_cost(model: str, calls: int, max_texts: int, precision: str) -> None:
+    """Per-call time of prediction (`precision`: bf16 or no) with the packed rows bucketed against exact,
+    alternating."""
     import statistics
 
     import torch
@@ -103,20 +104,20 @@ def buckets_cost(model: str, calls: int, max_texts: int) -> None:
     torch.set_num_threads(1)
     texts = read_tsv(SST2_DEV, "sentence", "label")["text"]
     draws = random.Random(0)
-    predictor = Predictor(model, batch_size=64, mixed_precision="bf16", progress=False)
+    predictor = Predictor(model, batch_size=64, mixed_precision=precision, progress=False)
     predictor.records(texts[:64])  # warm-up
-    bucketed = unpad.buckets_rows
+    bucketed = unpad.packed_rows
     seconds: dict[bool, list[float]] = {True: [], False: []}
     for call in range(calls):
         batch = draws.sample(texts, draws.randint(1, max_texts))
         for bucket in (True, False) if call % 2 else (False, True):
-            unpad.buckets_rows = bucketed if bucket else lambda hidden_states: False
+            unpad.packed_rows = bucketed if bucket else lambda real: real
             start = time.perf_counter()
             predictor.records(batch)
             seconds[bucket].append(time.perf_counter() - start)
-    unpad.buckets_rows = bucketed
+    unpad.packed_rows = bucketed
     ratios = [a / b for a, b in zip(seconds[True], seconds[False], strict=True)]
-    print(machine_line(), "| load average", os.getloadavg())
+    print(machine_line(), "| load average", os.getloadavg(), "| mixed_precision", precision)
     for bucket, name in ((False, "exact N rows"), (True, "bucketed rows")):
         print(f"{name}: median {1000 * statistics.median(seconds[bucket]):.1f} ms per call")
     print(f"bucketed / exact, median per call over {calls} calls: {statistics.median(ratios):.3f}")
@@ -138,7 +139,7 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one setting, print its JSON
     args = parser.parse_args()
     if args.buckets_cost:
-        buckets_cost(args.model, args.calls, args.max_texts)
+        buckets_cost(args.model, args.calls, args.max_texts, args.precisions[0])
         return
     if args.linear and args.one:
         print(json.dumps(linear_rows(args.one)))

@@ -18,11 +18,12 @@ made a layer's attention over a random 64-text batch 1.7x as slow (BENCHMARKS.md
 A batch whose lengths are close (a length-sorted call, a training batch) is one group: the padded layout
 as before.
 
-Under bf16 on CPU in inference the packed matrix gets zero rows up to a bucketed size (`packed_rows`):
-oneDNN keeps state per matmul shape, and N takes a new value almost every call, so a long-lived bf16
-server grew without bound (BENCHMARKS.md, "Memory growth under bf16"). The extra rows are row-wise
-independent of the real ones (projections, feed-forward and LayerNorms act per row) and never reach the
-attention or the output; training keeps N exact (its dropout draws, and no wasted rows).
+In inference on CPU the packed matrix gets zero rows up to a bucketed size (`packed_rows`): oneDNN
+keeps state per matmul shape (bf16, and the prepacked fp32 Linear layers prediction runs), and N takes a
+new value almost every call, so a long-lived server grew without bound (BENCHMARKS.md, "Memory growth
+under bf16", and "... in fp32" for a CPU without bf16). The extra rows are row-wise independent of the
+real ones (projections, feed-forward and LayerNorms act per row) and never reach the attention or the
+output; training keeps N exact (its dropout draws, and no wasted rows).
 
 The padded path runs unchanged whenever unpadding cannot apply or buys nothing: no padding, a mask that is
 not a key-padding mask, a decoder (causal masks, caches, cross-attention), `output_attentions` /
@@ -155,9 +156,11 @@ def _length_groups(extents: list[int]) -> list[list[int]]:
     return groups
 
 
-def attends_in_groups(hidden_states: torch.Tensor) -> bool:
-    """Inference on CPU, where grouping was measured to pay (training keeps one layout: its dropout draws,
-    and its length-grouped batches are one group anyway)."""
+def cpu_inference(hidden_states: torch.Tensor) -> bool:
+    """Inference on CPU: where the encoder attends mixed lengths in groups (measured to pay) and packs
+    `packed_rows(N)` rows (oneDNN's per-shape state, in bf16 and in the prepacked fp32 Linear layers: 594
+    -> 1464 MiB over 300 fp32 calls with N exact, level at ~860 bucketed). Training keeps one layout and
+    N rows: its dropout draws, no wasted rows, and its length-grouped batches are one group anyway."""
     return hidden_states.device.type == "cpu" and not torch.is_grad_enabled()
 
 
@@ -166,16 +169,6 @@ def packed_rows(real: int) -> int:
     rows, and a few dozen sizes for any batch instead of one per token count."""
     step = max(8, 1 << max(real.bit_length() - 4, 0))
     return -(-real // step) * step
-
-
-def buckets_rows(hidden_states: torch.Tensor) -> bool:
-    """Inference in bf16/fp16 on CPU (weights or autocast): where oneDNN's per-shape state grows."""
-    if hidden_states.device.type != "cpu" or torch.is_grad_enabled():
-        return False
-    low = (torch.bfloat16, torch.float16)
-    return hidden_states.dtype in low or (
-        torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in low
-    )
 
 
 def token_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -244,11 +237,11 @@ class UnpaddedBertEncoder(DirectedBertEncoder):
                 use_cache=use_cache,
                 **kwargs,
             )
-        unpadding = Unpadding.from_token_mask(tokens, bucketed=buckets_rows(hidden_states))
+        unpadding = Unpadding.from_token_mask(tokens, bucketed=cpu_inference(hidden_states))
         attention_mask = directed_mask(
             attention_mask, self.attention_direction, unpadding.seq_len, hidden_states.device
         )
-        if attends_in_groups(hidden_states):
+        if cpu_inference(hidden_states):
             unpadding = unpadding.in_groups(attention_mask)
         kwargs[UNPADDING_KWARG] = unpadding
         layers = list(self.layer)

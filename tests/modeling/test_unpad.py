@@ -38,7 +38,9 @@ def test_layers_run_on_real_tokens_only(padded_batch, gathered_rows):
         expected = stock(**padded_batch).last_hidden_state
         actual = patched(**padded_batch).last_hidden_state  # [B, T, C]
     real = int(padded_batch["attention_mask"].sum())  # 11 + 7 + 3 = 21 of 33 positions
-    assert gathered_rows == [real] * 3  # the embeddings, then each of the 2 layers' attention context
+    # the embeddings, then each of the 2 layers' attention context: the 21 real tokens and, in CPU
+    # inference, 3 zero rows after them (packed_rows: 24)
+    assert gathered_rows == [packed_rows(real)] * 3 == [24] * 3
     mask = padded_batch["attention_mask"]
     torch.testing.assert_close(at_real_tokens(actual, mask), at_real_tokens(expected, mask))
     assert actual[mask == 0].abs().max() == 0  # padding positions: zeros, not stale values
@@ -158,29 +160,34 @@ def test_a_bucketed_round_trip_drops_its_zero_rows():
     assert restored[~tokens].abs().max() == 0
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize(
     "model_class", [BertModel, BertForSequenceClassification, BertForTokenClassification]
 )
-def test_bf16_inference_packs_bucketed_rows_and_computes_the_same(padded_batch, gathered_rows, model_class):
-    """Under bf16 autocast on CPU in inference the packed matrix has `packed_rows(N)` rows; the outputs
-    are the unbucketed ones (fp32 runs N exactly, and training too: its dropout draws stay as they were)."""
-    _, patched = stock_and_patched(model_class, num_labels=3)
+def test_cpu_inference_packs_bucketed_rows_and_computes_the_same(
+    padded_batch, gathered_rows, model_class, precision
+):
+    """In inference on CPU, fp32 or under bf16 autocast, the packed matrix has `packed_rows(N)` rows; the
+    outputs are stock BERT's (training packs N exactly: its dropout draws stay as they were)."""
+    stock, patched = stock_and_patched(model_class, num_labels=3)
     real = int(padded_batch["attention_mask"].sum())  # 21
-    with torch.no_grad():
-        exact = patched(**padded_batch)
-        assert set(gathered_rows) == {real}
-        gathered_rows.clear()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            bucketed = patched(**padded_batch)
+    bf16 = precision == "bf16"
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        expected = stock(**padded_batch)
+        assert not gathered_rows  # stock BERT has no packed layout
+        bucketed = patched(**padded_batch)
     assert set(gathered_rows) == {packed_rows(real)} == {24}
     mask = padded_batch["attention_mask"]
-    want, got = (out.logits if hasattr(out, "logits") else out.last_hidden_state for out in (exact, bucketed))
+    want, got = (
+        out.logits if hasattr(out, "logits") else out.last_hidden_state for out in (expected, bucketed)
+    )
     if got.dim() == 3:
         want, got = at_real_tokens(want, mask), at_real_tokens(got, mask)
-    torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
+    tolerance = {"atol": 0.05, "rtol": 0.05} if bf16 else {}  # bf16: another summation order, 8 bits
+    torch.testing.assert_close(got.float(), want.float(), **tolerance)
     gathered_rows.clear()
     patched.train()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         patched(**padded_batch)
     assert set(gathered_rows) == {real}
 
