@@ -140,3 +140,24 @@ def test_a_lone_request_waits_no_longer_than_max_wait() -> None:
         return elapsed
 
     assert 0.025 <= asyncio.run(scenario()) < 5  # it waited for company, and was not forgotten
+
+
+def test_the_wait_for_company_counts_from_when_the_model_became_free() -> None:
+    """A request that waited out a running batch still waits up to max_wait for company once the model
+    is free: the clients just answered send again at once and join it, instead of splitting into two
+    half-size cohorts that take turns (32 one-text clients: 16 texts a call against 24-29)."""
+
+    async def scenario() -> Upper:
+        model = Upper(delay=0.2)
+        batcher = MicroBatcher(model, max_batch=64, max_wait_ms=100)
+        batcher.start()
+        first = asyncio.ensure_future(batcher.submit(["a"]))
+        await asyncio.sleep(0.15)  # the batch of "a" is running (from ~0.1 s to ~0.3 s)
+        waiting = asyncio.ensure_future(batcher.submit(["b"]))  # its own 0.1 s run out during the batch
+        await first
+        joining = await batcher.submit(["c"])  # sent as soon as "a" was answered, as a client does
+        assert (await waiting, joining) == (["B"], ["C"])
+        await batcher.close()
+        return model
+
+    assert asyncio.run(scenario()).batches == [["a"], ["b", "c"]]
