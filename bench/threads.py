@@ -1,10 +1,11 @@
 """A training step's time alone and beside busy processes, with OpenMP's threads spinning or sleeping.
 
 Each measurement is a fresh process (OpenMP reads OMP_WAIT_POLICY once, when torch starts it) timing
-MiniLM training steps (forward, backward, fused AdamW) on real SST-2 sentences, batch 32, with torch's
-default thread count, for each way idle OpenMP threads may wait (`WAITS`). "Beside busy processes"
-starts one pure-Python busy loop per core first, as a second job on the same machine would be. Modes
-alternate; median of the repeats.
+MiniLM training steps (forward, backward, fused AdamW) on real SST-2 sentences, batch 32, at the
+precision `mixed_precision=auto` takes on the machine (bf16 autocast where bf16 is native, else fp32),
+with torch's default thread count, for each way idle OpenMP threads may wait (`WAITS`). "Beside busy
+processes" starts one pure-Python busy loop per core first, as a second job on the same machine would
+be. Modes alternate; median of the repeats.
 
     python bench/threads.py --repeats 3
 """
@@ -23,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 STEP = """
 import sys, time, torch
 from bert_tasks.modeling.load import load_model, load_tokenizer
+from bert_tasks.runtime import resolve_mixed_precision
+bf16 = resolve_mixed_precision("auto") == "bf16"
 texts = [line.split("\\t")[0] for line in open(sys.argv[1], encoding="utf-8").read().splitlines()[1:33]]
 tokenizer = load_tokenizer()
 batch = tokenizer(texts, padding=True, return_tensors="pt")
@@ -30,7 +33,7 @@ labels = torch.tensor([i % 2 for i in range(len(texts))])
 model = load_model("all-MiniLM-L6-v2", "sentiment", ["negative", "positive"]).train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
 def step():
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         loss = model(**batch, labels=labels).loss
     loss.backward(); optimizer.step(); optimizer.zero_grad()
 for _ in range(3):
