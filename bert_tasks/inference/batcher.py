@@ -2,8 +2,8 @@
 
 One request of one text makes a batch of one, which wastes most of what a forward pass costs; a server
 answering many clients gathers their texts into one call instead. The first request to arrive opens a
-batch; it closes when it holds `max_batch` texts or `max_wait_ms` after that request arrived or the
-model became free, whichever is later (the first that comes), and runs in the one worker thread (one
+batch; it closes when it holds `max_batch` texts, or `max_wait_ms` after the later of that request's
+arrival and the end of the last batch, whichever comes first, and runs in the one worker thread (one
 model per process; torch releases the GIL, so the event loop keeps accepting and answering meanwhile).
 Requests that arrive while a batch runs wait for the next one. Counting the wait from when the model
 became free lets the clients of the batch just answered join the next one: counted from arrival, a

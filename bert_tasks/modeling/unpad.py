@@ -18,10 +18,11 @@ made a layer's attention over a random 64-text batch 1.7x as slow (BENCHMARKS.md
 A batch whose lengths are close (a length-sorted call, a training batch) is one group: the padded layout
 as before.
 
-In inference on CPU the packed matrix gets zero rows up to a bucketed size (`packed_rows`): oneDNN
-keeps state per matmul shape (bf16, and the prepacked fp32 Linear layers prediction runs), and N takes a
-new value almost every call, so a long-lived server grew without bound (BENCHMARKS.md, "Memory growth
-under bf16", and "... in fp32" for a CPU without bf16). The extra rows are row-wise independent of the
+In inference on CPU the packed matrix gets zero rows up to a bucketed size (`packed_rows`): memory grows
+with the number of distinct matmul shapes (oneDNN's per-shape state in bf16; fp32 prediction, its Linear
+layers prepacked for oneDNN, grew alike), and N takes a new value almost every call, so a long-lived
+server grew without bound (BENCHMARKS.md, "Memory growth under bf16", and "A CPU without bf16
+instructions" for fp32). The extra rows are row-wise independent of the
 real ones (projections, feed-forward and LayerNorms act per row) and never reach the attention or the
 output; training keeps N exact (its dropout draws, and no wasted rows).
 
@@ -158,9 +159,9 @@ def _length_groups(extents: list[int]) -> list[list[int]]:
 
 def cpu_inference(hidden_states: torch.Tensor) -> bool:
     """Inference on CPU: where the encoder attends mixed lengths in groups (measured to pay) and packs
-    `packed_rows(N)` rows (oneDNN's per-shape state, in bf16 and in the prepacked fp32 Linear layers: 594
-    -> 1464 MiB over 300 fp32 calls with N exact, level at ~860 bucketed). Training keeps one layout and
-    N rows: its dropout draws, no wasted rows, and its length-grouped batches are one group anyway."""
+    `packed_rows(N)` rows (memory grows per matmul shape, in bf16 and in fp32: 594 -> 1464 MiB over 300
+    fp32 calls with N exact, level at ~860 bucketed). Training keeps one layout and N rows: its dropout
+    draws, no wasted rows, and its length-grouped batches are one group anyway."""
     return hidden_states.device.type == "cpu" and not torch.is_grad_enabled()
 
 
