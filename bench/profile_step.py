@@ -31,14 +31,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from common import machine_line, quiet, read_tsv
+from common import bf16_as_bert_tasks, machine_line, quiet, read_tsv
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import profile
 from transformers import AutoTokenizer
 
 from bert_tasks.modeling.load import bundled_model_dir, load_model
 from bert_tasks.modeling.patch import set_attention_dropout
-from bert_tasks.runtime import resolve_mixed_precision, reuse_freed_memory
+from bert_tasks.runtime import reuse_freed_memory
 from bert_tasks.training.gradients import GradientBook
 
 #: Self time of these ops, summed per group; everything else is "other".
@@ -150,9 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     quiet()
     reuse_freed_memory()
-    bf16 = args.precision == "bf16" or (
-        args.precision == "auto" and resolve_mixed_precision("auto") == "bf16"
-    )
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and bf16_as_bert_tasks())
     torch.manual_seed(0)
     if args.shape:
         batches = random_batches(args.shape, count=8)
