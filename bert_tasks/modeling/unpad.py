@@ -238,11 +238,12 @@ class UnpaddedBertEncoder(DirectedBertEncoder):
                 use_cache=use_cache,
                 **kwargs,
             )
-        unpadding = Unpadding.from_token_mask(tokens, bucketed=cpu_inference(hidden_states))
+        inference_on_cpu = cpu_inference(hidden_states)
+        unpadding = Unpadding.from_token_mask(tokens, bucketed=inference_on_cpu)
         attention_mask = directed_mask(
             attention_mask, self.attention_direction, unpadding.seq_len, hidden_states.device
         )
-        if cpu_inference(hidden_states):
+        if inference_on_cpu:
             unpadding = unpadding.in_groups(attention_mask)
         kwargs[UNPADDING_KWARG] = unpadding
         layers = list(self.layer)
