@@ -9,10 +9,17 @@ Requests that arrive while a batch runs wait for the next one. Counting the wait
 became free lets the clients of the batch just answered join the next one: counted from arrival, a
 request that waited out a batch left at once, and closed-loop clients split into two cohorts taking
 turns at half the batch size (32 one-text clients: 16 texts a call, against 24-29 and 1.1-1.5x the
-texts/s counted this way; BENCHMARKS.md, "Serving over HTTP"). Requests are never split: a request
-of more than `max_batch` texts is a batch of its own. Inside a batch the Predictor runs its windows in
-length order (least padding) and puts them back; each request gets exactly its own results, in order.
-A batch that fails is run again request by request, so only the request that broke it fails.
+texts/s counted this way; BENCHMARKS.md, "Serving over HTTP"). That company is known: once as many
+requests as the last batch answered have come since it ended, the batch goes without waiting out the
+rest (a lone client's next request runs at once instead of after `max_wait_ms`; 32 clients' batch starts
+when the 32nd is back). This holds only for a batch opened soon after the last one ended (within that
+batch's own run time, or `max_wait_ms` if longer): a client that sends again when answered is back by
+then; a request after the model idled longer is new traffic, and a burst waits for company as before.
+
+Requests are never split: a request of more than `max_batch` texts is a batch of its own. Inside a batch
+the Predictor runs its windows in length order (least padding) and puts them back; each request gets
+exactly its own results, in order. A batch that fails is run again request by request, so only the
+request that broke it fails.
 
 Plain asyncio and one thread, no third-party queue: a batch is a few lines of bookkeeping here.
 """
@@ -70,6 +77,8 @@ class MicroBatcher:
         self._closing = False
         self._held: _Pending | None = None  # taken from the queue but too big for the batch being made
         self._free_since = 0.0  # monotonic time the last batch ended: when the model became free
+        self._last_answered = 0  # requests in the last batch: the clients that may send again at once
+        self._last_run = 0.0  # seconds the last batch took
 
     def start(self) -> None:
         self._collector = asyncio.get_running_loop().create_task(self._collect())
@@ -97,8 +106,10 @@ class MicroBatcher:
     async def _collect(self) -> None:
         while True:
             batch = await self._gather()
+            started = time.monotonic()
             await self._run(batch)
             self._free_since = time.monotonic()
+            self._last_answered, self._last_run = len(batch), self._free_since - started
             for _ in batch:
                 self._queue.task_done()
 
@@ -108,9 +119,14 @@ class MicroBatcher:
         self._held = None
         batch, size = [first], len(first.texts)
         deadline = max(first.arrived, self._free_since) + self.max_wait
+        # Opened while the last batch's answers were fresh: its clients are the company to wait for.
+        fresh = first.arrived <= self._free_since + max(self.max_wait, self._last_run)
+        company = self._last_answered if fresh else None
         while size < self.max_batch:
             try:
                 if self._queue.empty():
+                    if company is not None and self._returned(batch) >= company:
+                        break
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -125,6 +141,10 @@ class MicroBatcher:
             batch.append(following)
             size += len(following.texts)
         return batch
+
+    def _returned(self, batch: list[_Pending]) -> int:
+        """How many of the batch's requests came after the last batch ended (its clients, sending again)."""
+        return sum(pending.arrived >= self._free_since for pending in batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
         """Run the batch; if it fails, run each of its requests alone, so one request that breaks the

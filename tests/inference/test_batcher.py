@@ -161,3 +161,44 @@ def test_the_wait_for_company_counts_from_when_the_model_became_free() -> None:
         return model
 
     assert asyncio.run(scenario()).batches == [["a"], ["b", "c"]]
+
+
+def test_once_the_clients_just_answered_are_back_the_batch_goes_without_waiting() -> None:
+    """A lone client's next request, sent as soon as its answer came, runs at once: the one client the
+    last batch answered is back, so no company is left to wait for. Its first request (the model idle
+    since the start) waited out max_wait."""
+
+    async def scenario() -> tuple[float, float]:
+        batcher = MicroBatcher(Upper(), max_batch=64, max_wait_ms=500)
+        batcher.start()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        assert await batcher.submit(["first"]) == ["FIRST"]
+        answered = loop.time()
+        assert await batcher.submit(["next"]) == ["NEXT"]
+        elapsed = loop.time() - answered, answered - start
+        await batcher.close()
+        return elapsed
+
+    again, first = asyncio.run(scenario())
+    assert first >= 0.45
+    assert again < 0.25
+
+
+def test_a_burst_after_the_model_idled_still_waits_for_company() -> None:
+    """Nobody was just answered once the model has idled longer than max_wait, so a request then opens a
+    batch that waits for the burst behind it, even though the last batch held one request."""
+
+    async def scenario() -> Upper:
+        model = Upper()
+        batcher = MicroBatcher(model, max_batch=64, max_wait_ms=200)
+        batcher.start()
+        await batcher.submit(["a"])
+        await asyncio.sleep(0.3)  # the model idles past max_wait
+        opening = asyncio.ensure_future(batcher.submit(["b"]))
+        await asyncio.sleep(0.05)
+        assert await asyncio.gather(opening, batcher.submit(["c"])) == [["B"], ["C"]]
+        await batcher.close()
+        return model
+
+    assert asyncio.run(scenario()).batches == [["a"], ["b", "c"]]
