@@ -46,11 +46,12 @@ print((time.perf_counter() - start) / int(sys.argv[2]) * 1000, torch.get_num_thr
 BUSY = "while True: pass"
 
 
-#: How idle OpenMP threads wait: GNU OpenMP's default (spin, then sleep), a shorter spin, and no spin.
+#: How idle OpenMP threads wait: GNU OpenMP's default (spin ~3 ms, then sleep), shorter spins, no spin.
 WAITS = {
     "spinning (OpenMP's default)": {},
     "spin 100,000 then sleep": {"GOMP_SPINCOUNT": "100000"},
-    "sleeping at once (PASSIVE, the CLI's)": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "spin 3,000 then sleep (the CLI's)": {"GOMP_SPINCOUNT": "3000"},
+    "sleeping at once (PASSIVE)": {"OMP_WAIT_POLICY": "PASSIVE"},
 }
 
 

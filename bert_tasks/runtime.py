@@ -106,33 +106,51 @@ def reuse_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE))
 
 
-def wait_passively() -> bool:
-    """Let OpenMP's threads sleep when they run out of work, instead of spinning; True if it can apply.
+#: Spins an idle OpenMP thread makes before it sleeps: about 30 µs, enough to catch the next op of the
+#: same forward or backward pass, not the milliseconds of another process's time slice.
+SPINS_BEFORE_SLEEP = "3000"
 
-    GNU OpenMP (torch's CPU wheels) keeps a thread that finished its share of an op spinning for the
-    next one. On cores that another process also uses, the spinning threads take the time slices the
-    threads with work left need: a MiniLM training step on 2 cores took 235 ms alone and 1347 ms beside
-    two busy processes when spinning, 271 and 431 ms when sleeping (bench/threads.py, BENCHMARKS.md
-    "Threads"): 14% slower on an idle machine, never the 5.7x collapse. A shorter spin
-    (GOMP_SPINCOUNT=100000) kept the idle speed but still collapsed 4x. The setting is read once, when
-    OpenMP starts with torch: after `import torch` it can no longer apply (False). A user's own
-    OMP_WAIT_POLICY wins (ACTIVE for a machine of one's own).
+
+def wait_briefly() -> bool:
+    """Let OpenMP's idle threads spin ~30 µs for the next op, then sleep; True if it applies.
+
+    GNU OpenMP (torch's CPU wheels) keeps a thread that finished its share of an op spinning ~3 ms
+    for the next one. On cores that another process also uses, the spinning threads take the time
+    slices the threads with work left need: a MiniLM training step on 2 cores, 2 threads, took 235 ms
+    alone and 1347 ms beside two busy processes. Sleeping at once (OMP_WAIT_POLICY=PASSIVE) never
+    collapses, but every op then wakes a sleeping thread: 14% of that step alone, and up to 1.4x for a
+    small prediction. A 3,000-spin wait does not collapse and costs little: 261 ms alone against 304
+    sleeping, 653 ms beside the busy processes against 567 sleeping and 996 spinning (threads.py;
+    BENCHMARKS.md "Threads"). The setting is read once, when OpenMP starts with torch: after
+    `import torch` it can no longer apply. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins (ACTIVE
+    for a machine of one's own).
     """
-    if "torch" in sys.modules:
-        return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return os.environ["OMP_WAIT_POLICY"].upper() == "PASSIVE"
+    own = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+    if "torch" not in sys.modules and not own:
+        os.environ["GOMP_SPINCOUNT"] = SPINS_BEFORE_SLEEP
+    return openmp_waits() != "spinning"
+
+
+def openmp_waits() -> str:
+    """How this process's idle OpenMP threads wait, as the environment set it (the start line says it,
+    since a spinning wait on cores other processes use slows a run severalfold)."""
+    spins = os.environ.get("GOMP_SPINCOUNT")
+    if spins is not None:
+        return f"{spins} spins, then sleep"
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        return "passive"
+    return "spinning"
 
 
 def configure_cli_process() -> None:
     """What the `bert-tasks` command sets for its own process before anything heavy is imported.
 
-    Keep freed memory for reuse, let idle OpenMP threads sleep, and silence the libraries' per-load
-    chatter (our own progress bars and messages say what happens). Environment variables rather than
-    calls, so nothing is imported for them; a user's own setting wins.
+    Keep freed memory for reuse, let idle OpenMP threads sleep after a brief spin, and silence the
+    libraries' per-load chatter (our own progress bars and messages say what happens). Environment
+    variables rather than calls, so nothing is imported for them; a user's own setting wins.
     """
     reuse_freed_memory()
-    wait_passively()
+    wait_briefly()
     # torch and transformers import about 450,000 objects that live as long as the process; with the
     # default thresholds the collector walks them all seven times while they load (about 0.7 s of every
     # command on 2 cores, bench/startup.py). Collect the young generation as usual, the old ones rarely.

@@ -43,27 +43,26 @@ def test_only_the_cli_turns_it_on(sentiment_run: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_cli_lets_openmp_threads_sleep_and_a_users_setting_wins() -> None:
-    """Set before torch starts OpenMP (it reads the variable once); after `import torch` it cannot apply."""
+def test_the_cli_lets_openmp_threads_sleep_after_a_brief_spin_and_a_users_setting_wins() -> None:
+    """Set before torch starts OpenMP (it reads the variables once); after `import torch` it cannot apply."""
     script = (
         "import os, sys\n"
-        "from bert_tasks.runtime import configure_cli_process, wait_passively\n"
+        "from bert_tasks.runtime import configure_cli_process, openmp_waits, wait_briefly\n"
         "configure_cli_process()\n"
         "import torch\n"
-        "print(os.environ['OMP_WAIT_POLICY'], wait_passively())\n"
+        "print(os.environ.get('GOMP_SPINCOUNT'), wait_briefly(), openmp_waits())\n"
     )
-    env = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     quiet = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
     )
-    assert quiet.stdout.split() == ["PASSIVE", "True"]
-    own = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
-    )
-    assert own.stdout.split() == ["ACTIVE", "False"]
-    late = "import torch\nfrom bert_tasks.runtime import wait_passively\nprint(wait_passively())\n"
+    assert quiet.stdout.split() == ["3000", "True", "3000", "spins,", "then", "sleep"]
+    for own, waits in (({"OMP_WAIT_POLICY": "ACTIVE"}, "spinning"), ({"GOMP_SPINCOUNT": "0"}, "0")):
+        mine = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env={**env, **own}
+        )
+        assert mine.stdout.split()[0] == own.get("GOMP_SPINCOUNT", "None")  # left as the user set it
+        assert mine.stdout.split()[2] == waits
+    late = "import torch\nfrom bert_tasks.runtime import wait_briefly\nprint(wait_briefly())\n"
     after_torch = subprocess.run([sys.executable, "-c", late], capture_output=True, text=True, env=env)
     assert after_torch.stdout.split() == ["False"]  # too late to apply, and said so

@@ -52,7 +52,12 @@ from bert_tasks.modeling.encoders import attention_path, require_fused
 from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
 from bert_tasks.pruning.heads import check_removable, heads_by_layer, shape_of
-from bert_tasks.runtime import logs_above_progress_bars, progress_bars_wanted, resolve_mixed_precision
+from bert_tasks.runtime import (
+    logs_above_progress_bars,
+    openmp_waits,
+    progress_bars_wanted,
+    resolve_mixed_precision,
+)
 from bert_tasks.tasks.base import Task
 from bert_tasks.training.checkpoints import (
     BEST_DIR,
@@ -433,7 +438,7 @@ class Run:
             f"{accelerator.num_processes} process(es) on {accelerator.device} | "
             f"batch {cfg.batch_size} per device x accum {cfg.grad_accum} = effective {effective} | "
             f"{self.total_updates} updates | precision {accelerator.mixed_precision} | "
-            f"{torch.get_num_threads()} CPU thread(s), OpenMP waits {_omp_waits()} | "
+            f"{torch.get_num_threads()} CPU thread(s), OpenMP waits {openmp_waits()} | "
             f"output {self.output_dir} | trackers {', '.join(self.trackers) or 'none'}"
         )
         gradient = self.gradients.describe if self.gradients is not None else "dense"
@@ -785,12 +790,6 @@ class Run:
         if checkpoint is not None:
             return f"no model was saved; the last complete checkpoint is {checkpoint} (free space, --resume)"
         return "no model was saved"
-
-
-def _omp_waits() -> str:
-    """How idle OpenMP threads wait (`runtime.wait_passively`): the start line says it, since a spinning
-    wait on cores other processes use slows a run severalfold."""
-    return "passive" if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE" else "spinning"
 
 
 def _prefixed(scores: dict[str, Any], prefix: str) -> dict[str, float]:
