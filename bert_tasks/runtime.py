@@ -134,8 +134,10 @@ def wait_briefly() -> bool:
 def openmp_waits() -> str:
     """How this process's idle OpenMP threads wait, as the environment set it (the start line says it,
     since a spinning wait on cores other processes use slows a run severalfold)."""
-    spins = os.environ.get("GOMP_SPINCOUNT")
-    if spins is not None:
+    spins = os.environ.get("GOMP_SPINCOUNT", "").strip()
+    if spins.upper() in ("INFINITE", "INFINITY"):
+        return "spinning"
+    if spins:
         return f"{spins} spins, then sleep"
     if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
         return "passive"
