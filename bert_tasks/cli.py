@@ -269,6 +269,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--workers", type=int, default=1, help="processes, each with its own model (default: 1)"
     )
+    serve.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads per process (default: OMP_NUM_THREADS, else the cores divided among the "
+        "workers)",
+    )
     serve.add_argument("--quantize", choices=QUANTIZE_METHODS, help="dynamic INT8 Linear layers (CPU)")
     serve.add_argument("--allow-pickle", action="store_true", help=ALLOW_PICKLE_HELP)
     serve.set_defaults(run=_serve, positionals="unexpected", unexpected=[])
@@ -688,6 +694,7 @@ def _serve(args: argparse.Namespace) -> None:
         max_chars=args.max_chars,
         allow_pickle=args.allow_pickle,
         quantize=args.quantize,
+        threads=args.threads,
     )
     settings.check()
     try:

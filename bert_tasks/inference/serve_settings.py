@@ -6,6 +6,7 @@ The CLI reads its defaults and checks them before FastAPI, uvicorn or torch load
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from bert_tasks.errors import BertTasksError
@@ -27,6 +28,8 @@ class ServeSettings:
     max_chars: int = 200_000
     allow_pickle: bool = False
     quantize: str | None = None
+    #: torch's CPU threads in this process; None: torch's own choice (OMP_NUM_THREADS, else every core).
+    threads: int | None = None
 
     @property
     def max_body_bytes(self) -> int:
@@ -40,3 +43,21 @@ class ServeSettings:
             if not (math.isfinite(value) and value >= low):
                 flag = "--" + name.replace("_", "-")
                 raise BertTasksError(f"{flag} must be a number of at least {low}, got {value}")
+        if self.threads is not None and self.threads < 1:
+            raise BertTasksError(f"--threads must be at least 1, got {self.threads}")
+
+
+def threads_per_worker(workers: int, threads: int | None) -> int | None:
+    """torch threads for each of `workers` processes: `threads` when given; else, for several workers
+    with no OMP_NUM_THREADS set, the cores this process may use divided among them (at least one each).
+
+    Each worker's torch would otherwise take every core, so N workers on C cores would run N x C threads
+    that preempt each other wherever OpenMP's threads spin while they wait (OMP_WAIT_POLICY=ACTIVE made
+    one server 3x slower beside its own event loop). With the CLI's brief spin, 2 workers of 2 threads
+    and of 1 thread were within noise of each other on 2 cores (BENCHMARKS.md, "Two workers on two
+    cores"); the split keeps that true whatever the wait policy.
+    """
+    if threads is not None or workers == 1 or os.environ.get("OMP_NUM_THREADS"):
+        return threads
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return max(1, len(usable) // workers)

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, m
 from bert_tasks import __version__
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.batcher import BatcherClosed, MicroBatcher
-from bert_tasks.inference.serve_settings import ServeSettings
+from bert_tasks.inference.serve_settings import ServeSettings, threads_per_worker
 from bert_tasks.inference.stream import input_chars
 from bert_tasks.model_dir import read_policy
 
@@ -104,6 +104,10 @@ def create_app(settings: ServeSettings, predictor: Predictor | None = None) -> F
     """The ASGI app of one process; loads the model dir (every mistake in it is one line) unless given."""
     settings.check()
     read_policy(settings.model_dir, settings.task)  # the task is checked before the weights load
+    if settings.threads is not None:
+        import torch
+
+        torch.set_num_threads(settings.threads)
     if predictor is None:
         from bert_tasks.inference.predictor import Predictor
 
@@ -204,12 +208,14 @@ def serve(settings: ServeSettings, host: str = "127.0.0.1", port: int = 8000, wo
     """Serve until SIGTERM/SIGINT: then stop accepting, finish the requests in flight, return.
 
     The model dir is loaded here first, so a bad one is one line before the port opens; with several
-    workers each process loads its own copy afterwards (this one is dropped again).
+    workers each process loads its own copy afterwards (this one is dropped again), and they share the
+    cores (`threads_per_worker`).
     """
     settings.check()
     if workers < 1:
         raise BertTasksError(f"--workers must be at least 1, got {workers}")
     _check_port(host, port)
+    settings = dataclasses.replace(settings, threads=threads_per_worker(workers, settings.threads))
     app: FastAPI | str = create_app(settings)
     if workers > 1:
         app = f"{__name__}:app_from_environment"
@@ -345,6 +351,7 @@ def _static_info(settings: ServeSettings, predictor: Predictor) -> dict[str, Any
             "uvicorn": uvicorn.__version__,
         },
         "batching": {"max_batch": settings.max_batch, "max_wait_ms": settings.max_wait_ms},
+        "threads": torch.get_num_threads(),
         "limits": {
             "max_texts": settings.max_texts,
             "max_chars": settings.max_chars,

@@ -21,6 +21,7 @@ from tests.test_cli_startup import probe
         (["--max-wait-ms", "nan"], "--max-wait-ms must be a number of at least 0, got nan"),
         (["--max-texts", "-1"], "--max-texts must be a number of at least 1, got -1"),
         (["--workers", "0"], "--workers must be at least 1, got 0"),
+        (["--threads", "0"], "--threads must be at least 1, got 0"),
         (["--port", "70000"], "--port must be in [0, 65535], got 70000"),
         (["--host", "no-such-host.invalid"], "--host no-such-host.invalid: not an address of this machine"),
         (["extra"], "serve takes one task, got also: extra"),

@@ -34,16 +34,22 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(model_dir: Path, log: Path, *flags: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A `bert-tasks serve sentiment` process and its base URL, once /health answers; killed if left."""
+def server(
+    model_dir: Path, log: Path, *flags: str, omp_threads: str | None = "1"
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A `bert-tasks serve sentiment` process and its base URL, once /health answers; killed if left.
+    `omp_threads`: its OMP_NUM_THREADS (None: unset, so the server picks its thread count itself)."""
     port = free_port()
+    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    if omp_threads is not None:
+        env["OMP_NUM_THREADS"] = omp_threads
     command = [sys.executable, "-m", "bert_tasks", "serve", "sentiment", "--model", str(model_dir)]
     with log.open("wb") as output:
         process = subprocess.Popen(
             [*command, "--port", str(port), *flags],
             stdout=output,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            env=env,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -125,16 +131,19 @@ def test_a_stop_signal_finishes_the_requests_in_flight_and_exits_0(
 
 
 def test_workers_share_the_port_each_with_its_model(sentiment_run: Path, tmp_path: Path) -> None:
-    """--workers 2: two processes answer on one port (stateless replicas); SIGTERM stops them all, exit 0."""
-    with server(sentiment_run, tmp_path / "log", "--workers", "2") as (process, url):
-        pids: set[int] = set()
+    """--workers 2: two processes answer on one port (stateless replicas), sharing the cores between
+    them (each torch would take them all); SIGTERM stops them all, exit 0."""
+    with server(sentiment_run, tmp_path / "log", "--workers", "2", omp_threads=None) as (process, url):
+        threads: dict[int, int] = {}
         deadline = time.monotonic() + TIMEOUT
-        while len(pids) < 2 and time.monotonic() < deadline:  # the second worker may still be loading
+        while len(threads) < 2 and time.monotonic() < deadline:  # the second worker may still be loading
             with httpx.Client(
                 timeout=TIMEOUT
             ) as fresh:  # a new connection each time: either worker may take it
-                pids.add(fresh.get(f"{url}/info", headers={"connection": "close"}).json()["pid"])
+                info = fresh.get(f"{url}/info", headers={"connection": "close"}).json()
+                threads[info["pid"]] = info["threads"]
             assert predict(url, ["Good."]).status_code == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=TIMEOUT) == 0
-    assert len(pids) == 2 and process.pid not in pids
+    assert len(threads) == 2 and process.pid not in threads
+    assert set(threads.values()) == {max(1, len(os.sched_getaffinity(0)) // 2)}
