@@ -9,9 +9,11 @@ machine's load moves between them), then one server process
 --texts-per-request, --requests requests of that many texts (a client sends its next request when its
 answer came). Reported per client
 count: texts/s against the library's, latency p50/p95/p99, errors (any status but 200, or no answer),
-from /info's counters the model calls, mean texts per call, the share of the wall time the model thread
-was busy and the texts/s it made while busy (what the model does at the server's batches, beside the
-server's own work), and the server's resident memory before the first load and after the last.
+from /info's counters the model calls, mean texts per call, each worker's share of the texts (`--workers
+N`: a client's connection stays with the worker that accepted it), the share of the wall time the model
+threads were busy and the texts/s they made while busy (what the model does at the server's batches,
+beside the server's own work), and the resident memory of the server's processes before the first load
+and after the last.
 Texts: SST-2 dev sentences (../shared/data/sst2/dev.tsv), cycled. The server is stopped with SIGTERM at
 the end and its exit status checked.
 
@@ -22,6 +24,7 @@ CPU time during the load over its wall time (1.0 = one core). Run from the repo 
 
     python bench/serve_load.py --model /tmp/serve-bench-sentiment --json bench/results/serve_load.json
     python bench/serve_load.py --model /tmp/x --requests 200 --clients 1 8      # a quick look
+    python bench/serve_load.py --model /tmp/x --workers 2 --clients 32          # two worker processes
 """
 
 from __future__ import annotations
@@ -71,9 +74,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(model: str, port: int, max_batch: int, max_wait_ms: float) -> subprocess.Popen[bytes]:
+def start_server(
+    model: str, port: int, max_batch: int, max_wait_ms: float, workers: int, threads: int | None
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "bert_tasks", "--quiet", "serve", "sentiment", "--model", model]
     flags = ["--port", str(port), "--max-batch", str(max_batch), "--max-wait-ms", str(max_wait_ms)]
+    flags += ["--workers", str(workers)] + (["--threads", str(threads)] if threads else [])
     process = subprocess.Popen([*command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -120,6 +126,23 @@ async def load(
         return time.perf_counter() - start, latencies, errors, time.process_time() - cpu
 
 
+def worker_counters(url: str, workers: int) -> dict[int, dict[str, float]]:
+    """/info's counters of each worker process, by pid: asked on fresh connections until every worker
+    answered (each new connection goes to whichever worker accepts it first)."""
+    counters: dict[int, dict[str, float]] = {}
+    for _ in range(50 * workers):
+        info = httpx.get(f"{url}/info", timeout=60, headers={"connection": "close"}).json()
+        counters[info["pid"]] = info["counters"]
+        if len(counters) == workers:
+            return counters
+    raise SystemExit(f"only {len(counters)} of {workers} workers answered /info")
+
+
+def tree_rss(process: psutil.Process) -> int:
+    """Resident bytes of the server and its worker processes."""
+    return sum(part.memory_info().rss for part in [process, *process.children(recursive=True)])
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
@@ -137,6 +160,8 @@ def main() -> None:
     )
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--workers", type=int, default=1, help="the server's --workers")
+    parser.add_argument("--threads", type=int, help="the server's --threads (default: its own choice)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -147,25 +172,28 @@ def main() -> None:
     library = library_throughput(args.model, texts, args.max_batch, args.repeats)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = start_server(args.model, port, args.max_batch, args.max_wait_ms)
+    server = start_server(args.model, port, args.max_batch, args.max_wait_ms, args.workers, args.threads)
     memory = psutil.Process(server.pid)
-    asyncio.run(load(url, texts, 64, 8))  # warm-up: first batches, allocator
-    rss_before = memory.memory_info().rss
+    asyncio.run(load(url, texts, 64 * args.workers, 8 * args.workers))  # warm-up: first batches, allocator
+    rss_before = tree_rss(memory)
+    threads = httpx.get(f"{url}/info", timeout=60).json()["threads"]
     print(machine_line())
     print(
         f"library (Predictor.records, batches of {args.max_batch}): {library:.0f} texts/s "
-        f"on {len(texts)} texts"
+        f"on {len(texts)} texts; server: {args.workers} worker(s) of {threads} torch thread(s)"
     )
     rows = []
     for clients, per_request in itertools.product(args.clients, args.texts_per_request):
-        counters = httpx.get(f"{url}/info", timeout=60).json()["counters"]
+        counters = worker_counters(url, args.workers)
         seconds, latencies, errors, client_cpu = asyncio.run(
             load(url, texts, args.requests, clients, per_request)
         )
-        after = httpx.get(f"{url}/info", timeout=60).json()["counters"]
-        calls = after["batches"] - counters["batches"]
-        model_seconds = after["model_seconds"] - counters["model_seconds"]
-        rss = memory.memory_info().rss
+        after = worker_counters(url, args.workers)
+        done = {pid: {key: after[pid][key] - counters[pid][key] for key in after[pid]} for pid in after}
+        calls = sum(worker["batches"] for worker in done.values())
+        model_seconds = sum(worker["model_seconds"] for worker in done.values())
+        worker_texts = sorted(worker["texts"] for worker in done.values())
+        rss = tree_rss(memory)
         row = {
             "clients": clients,
             "texts_per_request": per_request,
@@ -177,26 +205,29 @@ def main() -> None:
             "errors": errors,
             "client_cpu_share": round(client_cpu / seconds, 3),
             "model_calls": calls,
-            "texts_per_call": round((after["texts"] - counters["texts"]) / max(calls, 1), 1),
-            "model_busy": round(model_seconds / seconds, 3),
+            "texts_per_call": round(sum(worker_texts) / max(calls, 1), 1),
+            "worker_shares": "/".join(f"{part / max(sum(worker_texts), 1):.2f}" for part in worker_texts),
+            "model_busy": round(model_seconds / seconds / args.workers, 3),
             "model_texts_per_s": round(args.requests * per_request / max(model_seconds, 1e-9), 1),
             "server_rss_mib": round(rss / (1 << 20)),
         }
         rows.append(row)
-    rss_after = memory.memory_info().rss
+    rss_after = tree_rss(memory)
     server.send_signal(signal.SIGTERM)
     status = server.wait(timeout=120)
     library_after = library_throughput(args.model, texts, args.max_batch, args.repeats)
     print(f"library again, after the server stopped: {library_after:.0f} texts/s")
     columns = ["clients", "texts a request", "requests", "texts/s", "vs library", "p50 ms", "p95 ms"]
     columns += ["p99 ms", "errors", "client CPU"]
-    columns += ["model calls", "texts per call", "model busy", "model texts/s", "server RSS MiB"]
+    columns += ["model calls", "texts per call", "texts by worker", "model busy", "model texts/s"]
+    columns += ["server RSS MiB"]
     table_header(columns)
     for row in rows:
         row["vs_library"] = round(row["texts_per_s"] / max(library, library_after), 3)
         keys = ["clients", "texts_per_request", "requests", "texts_per_s", "vs_library", "p50_ms", "p95_ms"]
         keys += ["p99_ms", "errors", "client_cpu_share"]
-        keys += ["model_calls", "texts_per_call", "model_busy", "model_texts_per_s", "server_rss_mib"]
+        keys += ["model_calls", "texts_per_call", "worker_shares", "model_busy", "model_texts_per_s"]
+        keys += ["server_rss_mib"]
         table_row([row[key] for key in keys])
     mib = 1 << 20
     print(
@@ -215,6 +246,8 @@ def main() -> None:
             "settings": {
                 "max_batch": args.max_batch,
                 "max_wait_ms": args.max_wait_ms,
+                "workers": args.workers,
+                "threads": threads,
                 "cpus": os.cpu_count(),
             },
         },
