@@ -29,6 +29,7 @@ inflates some ops' self time (the gradient casts of the feed-forward weights rea
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 from collections import defaultdict
@@ -138,6 +139,33 @@ def compiled_layers_ms(
     return statistics.median(one_pass() for _ in range(repeats)), compile_s
 
 
+def batch_loss(model: torch.nn.Module, batch: Batch, bf16: bool) -> torch.Tensor:
+    """The model's training loss on one batch, under the runner's precision."""
+    input_ids, attention_mask, labels = batch
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+
+def runner_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, book: GradientBook, batch: Batch, bf16: bool
+) -> list[float]:
+    """The runner's update (GradientBook's clipping and word-embedding gradient, fused AdamW) on one
+    batch; the seconds each of `PHASES` took."""
+    marks = [time.perf_counter()]
+    loss = batch_loss(model, batch, bf16)
+    marks.append(time.perf_counter())
+    loss.backward()
+    marks.append(time.perf_counter())
+    book.clip(1.0)
+    marks.append(time.perf_counter())
+    optimizer.step()
+    marks.append(time.perf_counter())
+    optimizer.zero_grad(set_to_none=True)
+    book.cleared()
+    marks.append(time.perf_counter())
+    return [end - start for start, end in itertools.pairwise(marks)]
+
+
 def phases_ms(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -145,24 +173,11 @@ def phases_ms(
     batches: list[Batch],
     bf16: bool,
 ) -> dict[str, float]:
-    """The runner's step in its parts (`PHASES`), ms a step, over one pass over the batches; no profiler."""
+    """`runner_step`'s parts, ms a step, over one pass over the batches; no profiler."""
     parts: dict[str, float] = defaultdict(float)
-    for input_ids, attention_mask, labels in batches:
-        marks = [time.perf_counter()]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        marks.append(time.perf_counter())
-        loss.backward()
-        marks.append(time.perf_counter())
-        book.clip(1.0)
-        marks.append(time.perf_counter())
-        optimizer.step()
-        marks.append(time.perf_counter())
-        optimizer.zero_grad(set_to_none=True)
-        book.cleared()
-        marks.append(time.perf_counter())
-        for name, start, end in zip(PHASES, marks, marks[1:], strict=False):
-            parts[name] += (end - start) * 1000 / len(batches)
+    for batch in batches:
+        for name, seconds in zip(PHASES, runner_step(model, optimizer, book, batch, bf16), strict=True):
+            parts[name] += seconds * 1000 / len(batches)
     return parts
 
 
@@ -216,23 +231,12 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, fused=True)
     book = GradientBook(model, touched_rows=args.embedding_grad == "touched_rows")
 
-    def forward_backward(batch: Batch) -> None:
-        input_ids, attention_mask, labels = batch
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        loss.backward()
-
     def step(batch: Batch) -> None:
-        """The runner's update: GradientBook's clipping and word-embedding gradient."""
-        forward_backward(batch)
-        book.clip(1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        book.cleared()
+        runner_step(model, optimizer, book, batch, bf16)  # `book` as it is now (--compare renews it)
 
     def torch_step(batch: Batch) -> None:
         """torch's update: the dense embedding gradient autograd makes, clip_grad_norm_."""
-        forward_backward(batch)
+        batch_loss(model, batch, bf16).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
