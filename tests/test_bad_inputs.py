@@ -145,8 +145,8 @@ def entity_type_unseen_in_train(p: Place) -> Case:
 
 
 def tags_that_are_not_bio(p: Place) -> Case:
-    path = p.write("train.conll", "Aspirin\tS-Chemical\nhelped\tO\n")
-    return finetune(p, "ner", f"{path}:1: tag 'S-Chemical' is not BIO (O, B-TYPE, I-TYPE)", train_file=path)
+    path = p.write("train.conll", "Aspirin\tChemical\nhelped\tO\n")
+    return finetune(p, "ner", f"{path}:1: tag 'Chemical' is not BIO (O, B-TYPE, I-TYPE;", train_file=path)
 
 
 def non_utf8_bytes(p: Place) -> Case:

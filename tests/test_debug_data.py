@@ -177,12 +177,12 @@ def test_a_file_that_does_not_read_is_the_error_finetune_gives(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.conll"
-    bad.write_text("fever\tS-Disease\n", encoding="utf-8")
+    bad.write_text("fever\tDisease\n", encoding="utf-8")
     debug = cli_error_line(["debug", "data", "ner", f"train_file={bad}"], capsys)
     finetune = cli_error_line(
         ["finetune", "ner", f"train_file={bad}", f"output_dir={tmp_path / 'out'}"], capsys
     )
-    assert debug == finetune and f"{bad}:1: tag 'S-Disease' is not BIO" in debug
+    assert debug == finetune and f"{bad}:1: tag 'Disease' is not BIO" in debug
     with pytest.raises(BertTasksError, match="--rare must be at least 1, got 0"):
         data_report(load_recipe(None, files(NER), task="ner"), rare_below=0)
 

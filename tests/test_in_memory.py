@@ -180,9 +180,9 @@ def test_bad_sentiment_data_is_the_file_readers_one_line(data: Any, message: str
 
 BAD_NER = [
     (
-        [{"tokens": ["a"], "tags": ["O"]}, {"tokens": ["fever"], "tags": ["S-Disease"]}],
-        f"{ROW}: tag 'S-Disease' is not BIO (O, B-TYPE, I-TYPE); convert the file to BIO (IOB2) or point "
-        "conll_tag_index at the tag column",
+        [{"tokens": ["a"], "tags": ["O"]}, {"tokens": ["fever"], "tags": ["Disease"]}],
+        f"{ROW}: tag 'Disease' is not BIO (O, B-TYPE, I-TYPE; IOBES, BILOU and BMES prefixes are read as "
+        "BIO); convert the file to BIO (IOB2) or point conll_tag_index at the tag column",
     ),
     (
         [{"tokens": ["a"], "tags": ["O"]}, {"tokens": ["high", "fever"], "tags": ["B-Disease"]}],

@@ -5,10 +5,13 @@ Every reader returns a `datasets.Dataset` with `tokens` (list[str]), `tags` (lis
 the character-span reader also keeps `text` and `word_offsets` so predictions map back onto the raw string,
 and the CoNLL reader `context_before`/`context_after` when the file marks its documents.
 
-Gold tags are BIO (IOB2). A stray `I-X` (after `O`, after another type, or first in a sentence) is
-*repaired* to `B-X` rather than rejected: that is how seqeval's default mode and conlleval read such a
-tag anyway, so the repair changes no score and makes the gold usable for training with valid BIO. Each
-file's repair count and first `file:line` are logged as one warning.
+Gold tags are BIO (IOB2). Files in the other common schemes are read as BIO: IOBES/BIOES and BILOU
+(`S-X`/`U-X` a one-word entity -> `B-X`, `E-X`/`L-X` its last word -> `I-X`) and BMES (`M-X` -> `I-X`);
+the entities are the same, so scores and spans do not change, and the model learns and predicts BIO.
+A stray `I-X` (after `O`, after another type, or first in a sentence) is *repaired* to `B-X` rather than
+rejected: that is how seqeval's default mode and conlleval read such a tag anyway, so the repair changes
+no score and makes the gold usable for training with valid BIO. Each file's conversion and repair
+counts, with the first `file:line`, are logged as one warning each.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ FILE_FORMATS = ("auto", "conll", "jsonl-tokens", "jsonl-spans", "label-studio", 
 COLUMN_SUFFIXES = (".conll", ".txt", ".tsv", ".iob")
 JSON_SUFFIXES = (".jsonl", ".json")
 DOCSTART = "-DOCSTART-"
+#: The BIO prefix each scheme's prefix is read as: IOBES/BIOES (S, E), BILOU (U, L), BMES (M, E, S).
+BIO_OF_PREFIX = {"B": "B", "I": "I", "S": "B", "U": "B", "E": "I", "L": "I", "M": "I"}
 
 
 def words_with_offsets(
@@ -132,13 +137,24 @@ def inputs_to_columns(
 
 
 def check_tag(tag: str, where: str) -> None:
-    """Reject tags that are not `O`, `B-TYPE` or `I-TYPE` (e.g. IOBES, or the wrong CoNLL column)."""
-    if tag == "O" or (tag[:2] in ("B-", "I-") and len(tag) > 2):
+    """Reject tags that are neither `O` nor `P-TYPE` with a prefix P of BIO, IOBES, BILOU or BMES (e.g. a
+    part-of-speech tag from the wrong CoNLL column)."""
+    if tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in BIO_OF_PREFIX):
         return
     raise BertTasksError(
-        f"{where}: tag {tag!r} is not BIO (O, B-TYPE, I-TYPE); convert the file to BIO (IOB2) "
-        "or point conll_tag_index at the tag column"
+        f"{where}: tag {tag!r} is not BIO (O, B-TYPE, I-TYPE; IOBES, BILOU and BMES prefixes are read as "
+        "BIO); convert the file to BIO (IOB2) or point conll_tag_index at the tag column"
     )
+
+
+def as_bio(tags: list[str]) -> tuple[list[str], list[int]]:
+    """Read checked tags of any accepted scheme as BIO; return the BIO tags and the converted positions."""
+    bio, converted = list(tags), []
+    for i, tag in enumerate(bio):
+        if tag != "O" and BIO_OF_PREFIX[tag[0]] != tag[0]:
+            bio[i] = BIO_OF_PREFIX[tag[0]] + tag[1:]
+            converted.append(i)
+    return bio, converted
 
 
 def repair_bio(tags: list[str]) -> tuple[list[str], list[int]]:
@@ -151,25 +167,49 @@ def repair_bio(tags: list[str]) -> tuple[list[str], list[int]]:
     return fixed, repaired
 
 
+class _Count:
+    """How many tags of one file a rewrite touched, and where the first was."""
+
+    def __init__(self) -> None:
+        self.count, self.first = 0, ""
+
+    def add(self, positions: list[int], where: list[str]) -> None:
+        if positions and not self.first:
+            self.first = where[positions[0]]
+        self.count += len(positions)
+
+
 class _RepairLog:
-    """Counts BIO repairs in one file so the user gets one warning line, not one per sentence."""
+    """Reads one file's tags as valid BIO and counts what it rewrote, so the user gets one warning line
+    per kind of rewrite, not one per sentence."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path, self.count, self.first = path, 0, ""
+        self.path, self.converted, self.repaired = path, _Count(), _Count()
 
-    def add(self, repaired: list[int], where: list[str]) -> None:
-        if repaired and not self.first:
-            self.first = where[repaired[0]]
-        self.count += len(repaired)
+    def to_bio(self, tags: list[str], where: list[str]) -> tuple[list[str], list[int]]:
+        """Checked tags of one sentence (`where[i]` locates tag i) -> valid BIO and the repaired positions."""
+        bio, converted = as_bio(tags)
+        fixed, repaired = repair_bio(bio)
+        self.converted.add(converted, where)
+        self.repaired.add(repaired, where)
+        return fixed, repaired
 
     def report(self) -> None:
-        if self.count:
+        if self.converted.count:
+            logger.warning(
+                "%s: read %d IOBES/BILOU/BMES tag(s) as BIO (S-X, U-X -> B-X; E-X, L-X, M-X -> I-X: the same "
+                "entities); the model predicts BIO; first at %s",
+                self.path,
+                self.converted.count,
+                self.converted.first,
+            )
+        if self.repaired.count:
             logger.warning(
                 "%s: repaired %d invalid BIO tag(s) (I-X not continuing an X entity -> B-X, as seqeval and "
                 "conlleval read them); first at %s",
                 self.path,
-                self.count,
-                self.first,
+                self.repaired.count,
+                self.repaired.first,
             )
 
 
@@ -208,8 +248,7 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
 
     def flush() -> None:
         if sentence:
-            fixed, repaired = repair_bio(sentence_tags)
-            repairs.add(repaired, where)
+            fixed, repaired = repairs.to_bio(sentence_tags, where)
             tokens.append(list(sentence))
             tags.append(fixed)
             repaired_tags.append(len(repaired))
@@ -313,8 +352,7 @@ def _tokens_dataset(source: str | Path, records: Records, tokens_column: str, ta
     tokens, tags, repaired_tags = [], [], []
     for where, record in records:
         words, word_tags = _tokens_and_tags(where, record, tokens_column, tag_column)
-        fixed, repaired = repair_bio(word_tags)
-        repairs.add(repaired, [where] * len(fixed))
+        fixed, repaired = repairs.to_bio(word_tags, [where] * len(word_tags))
         tokens.append(words)
         tags.append(fixed)
         repaired_tags.append(len(repaired))
@@ -512,8 +550,7 @@ def read_hub_ner(
         row_tags = [names[t] for t in row] if names else [str(t) for t in row]
         for tag in row_tags:
             check_tag(tag, f"{where} row {i}")
-        fixed, repaired = repair_bio(row_tags)
-        repairs.add(repaired, [f"row {i}"] * len(fixed))
+        fixed, repaired = repairs.to_bio(row_tags, [f"row {i}"] * len(row_tags))
         tags.append(fixed)
         repaired_tags.append(len(repaired))
     repairs.report()

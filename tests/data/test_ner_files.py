@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -89,6 +90,39 @@ def test_repair_bio_positions():
     fixed, positions = repair_bio(["I-A", "I-A", "B-B", "I-A", "O", "I-B"])
     assert fixed == ["B-A", "I-A", "B-B", "B-A", "O", "B-B"]
     assert positions == [0, 3, 5]
+
+
+IOBES = "Lithium\tB-Chemical\ncarbonate\tE-Chemical\ncaused\tO\nfever\tS-Disease\n\nrash\tS-Disease\n"
+BILOU = {"tokens": ["acute", "renal", "failure", "and", "rash"], "tags": ["B-D", "I-D", "L-D", "O", "U-D"]}
+
+
+def test_iobes_bilou_and_bmes_tags_are_read_as_the_same_entities_in_bio(tmp_path, caplog):
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    with caplog.at_level(logging.WARNING):
+        conll = read_conll(write(tmp_path, "iobes.conll", IOBES))
+        tokens = read_jsonl_tokens(write(tmp_path, "bilou.jsonl", json.dumps(BILOU) + "\n"))
+    assert conll["tags"] == [["B-Chemical", "I-Chemical", "O", "B-Disease"], ["B-Disease"]]
+    assert conll["repaired_tags"] == [0, 0]  # a conversion is no repair
+    assert tokens["tags"] == [["B-D", "I-D", "I-D", "O", "B-D"]]
+    assert get_entities(tokens["tags"][0]) == [("D", 0, 2), ("D", 4, 4)]  # BILOU's own two entities
+    first, second = (r.getMessage() for r in caplog.records)
+    assert "read 3 IOBES/BILOU/BMES tag(s) as BIO" in first and first.endswith("iobes.conll:2")
+    assert "read 2 IOBES/BILOU/BMES tag(s) as BIO" in second and second.endswith("bilou.jsonl:1")
+    bmes = {"tokens": ["a", "b", "c", "d"], "tags": ["B-X", "M-X", "E-X", "S-Y"]}
+    assert read_jsonl_tokens(write(tmp_path, "bmes.jsonl", json.dumps(bmes)))["tags"] == [
+        ["B-X", "I-X", "I-X", "B-Y"]
+    ]
+
+
+def test_a_converted_file_still_repairs_a_stray_inside_tag(tmp_path, caplog):
+    path = write(tmp_path, "mixed.conll", "a\tS-X\nb\tE-Y\nc\tO\n")  # E-Y cannot continue an X entity
+    with caplog.at_level(logging.WARNING):
+        data = read_conll(path)
+    assert data["tags"] == [["B-X", "B-Y", "O"]] and data["repaired_tags"] == [1]
+    converted, repaired = (r.getMessage() for r in caplog.records)
+    assert "read 2 IOBES/BILOU/BMES tag(s)" in converted and converted.endswith(f"{path}:1")
+    assert "repaired 1 invalid BIO tag(s)" in repaired and repaired.endswith(f"{path}:2")
 
 
 def test_jsonl_tokens_with_configured_fields():
