@@ -188,6 +188,10 @@ def bench_task(task: str, model_dir: str, texts: list[str], args: argparse.Names
             "entities": entities,
             "entities_per_s": None if entities is None else round(entities * texts_per_s / len(texts), 1),
             "vs_pipeline": ratio(texts_per_s, base),
+            # the same ratio within each interleaved repeat: how far one reading of it can be trusted
+            "vs_pipeline_per_repeat": [
+                ratio(pipe, own) for pipe, own in zip(seconds["pipeline"], seconds[name], strict=True)
+            ],
             "agreement_with_pipeline": round(agreement(task, outputs["pipeline"], outputs[name]), 4),
         }
         if name == "bert-tasks-cli":
