@@ -37,6 +37,8 @@ _BOM = b"\xef\xbb\xbf"
 #: Line breaks as a text file has them: LF, CRLF, or a lone CR (never U+2028 and the like, which JSON
 #: strings may hold raw).
 _LINE_BREAK = re.compile("\r\n|\r|\n")
+#: Suffixes that say a file is JSON: its first line is then read as JSON or refused, never taken for text.
+_JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 
 
 def is_blank(text: str) -> bool:
@@ -164,10 +166,16 @@ def json_records(path: str | Path, text: str) -> Iterator[tuple[str, dict[str, A
             # A parsed array has no line numbers left; the record's position is what the user can find.
             yield _object(f"{path}: record {number}", record)
         return
-    # split("\n"), not splitlines(): JSON strings may legitimately contain U+2028 and the like.
-    for number, line in enumerate(text.split("\n"), start=1):
+    for number, line in numbered_lines(text):
         if not is_blank(line):
             yield f"{path}:{number}", _json_line(f"{path}:{number}", line)
+
+
+def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(number, line) of a whole file's text, numbered as an editor shows them: breaks are LF, CRLF or a
+    lone CR (old Mac exports), never `splitlines()`' U+2028, \\x0b or \\x1c, which tokens and JSON strings
+    may hold."""
+    return enumerate(_LINE_BREAK.split(text), start=1)
 
 
 def read_texts(path: str) -> list[str]:
@@ -186,7 +194,8 @@ def text_records(
     'tokens'; the record is yielded whole, so `id` and any other field travel with it), a JSON array when
     the whole input is an array of such objects, else plain text: one text per non-blank line (record
     `{"text": line}`, passing `check` too, which may add fields: `predict --pair`'s second text),
-    whatever the line starts with (`{`, `[` and quotes are text too).
+    whatever the line starts with (`{`, `[` and quotes are text too) - except in a file named `.json`,
+    `.jsonl` or `.ndjson`, whose broken first line is an error rather than a text.
 
     JSON Lines and plain text are read a line at a time, so memory does not grow with the input; an
     input whose first line opens with `[` is read whole, since only its end says whether it is an array.
@@ -210,11 +219,43 @@ def text_records(
             for number, record in enumerate(records, start=1):
                 yield f"{name}: record {number}", check(f"{name}: record {number}", record)
             return
+        if _declared_json(path):
+            raise _not_json_array(records, buffered)
         lines = iter(buffered)
     else:
+        if _declared_json(path):
+            raise _not_json_object(first[0], first[1], Path(path).suffix)
         lines = itertools.chain([first], lines)
     for where, line in lines:
         yield where, check(where, {"text": check_text(line, where, "the line")})
+
+
+def _not_json_object(where: str, line: str, suffix: str) -> BertTasksError:
+    """The error for a file named as JSON whose first line is not a JSON object."""
+    fix = f"the file is named {suffix}, so write each line as a JSON object with a 'text' or rename it .txt"
+    record = _parse(where, line, fix)
+    return BertTasksError(f"{where}: expected a JSON object, found {describe(record)}; {fix}")
+
+
+def _not_json_array(records: Any, buffered: list[tuple[str, str]]) -> BertTasksError:
+    """The error for a file named as JSON whose text is not a non-empty array of objects."""
+    fix = "fix the file or rename it .txt to predict its lines as texts"
+    if records is None:
+        try:
+            json.loads("\n".join(line for _, line in buffered))
+        except json.JSONDecodeError as e:  # its line counts the non-blank lines joined: name the file's own
+            return BertTasksError(f"{buffered[e.lineno - 1][0]}: invalid JSON ({e.msg}); {fix}")
+        except (ValueError, RecursionError):
+            pass
+        return BertTasksError(f"{buffered[0][0]}: invalid JSON (nested too deeply or number too long); {fix}")
+    return BertTasksError(
+        f"{buffered[0][0]}: expected a JSON array of objects with a 'text', found {describe(records)}; {fix}"
+    )
+
+
+def _declared_json(path: str) -> bool:
+    """Whether a file's name says JSON, so that a broken first line is an error rather than a text."""
+    return path != "-" and Path(path).suffix.lower() in _JSON_SUFFIXES
 
 
 def _nonblank_lines(path: str, name: str) -> Iterator[tuple[str, str]]:

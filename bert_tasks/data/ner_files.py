@@ -30,6 +30,7 @@ from bert_tasks.data.files import (
     describe,
     is_blank,
     json_records,
+    numbered_lines,
     opens_json,
     read_utf8,
 )
@@ -213,12 +214,6 @@ class _RepairLog:
             )
 
 
-def _lines(text: str) -> Iterator[tuple[int, str]]:
-    # split("\n"), not splitlines(): tokens may legitimately contain \x0b, \x1c, U+2028 and the like.
-    for number, line in enumerate(text.split("\n"), start=1):
-        yield number, line.rstrip("\r")
-
-
 def read_conll(path: str | Path, tag_index: int = -1) -> Dataset:
     """Read a CoNLL-style column file: token in column 0, tag in column `tag_index`.
 
@@ -257,7 +252,7 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
         sentence_tags.clear()
         where.clear()
 
-    for number, line in _lines(text):
+    for number, line in numbered_lines(text):
         token_tag = _conll_line(f"{path}:{number}", line, tag_index)
         if token_tag is None:
             flush()

@@ -107,6 +107,25 @@ def test_json_lines_every_line_must_be_a_record_with_a_text(
     assert refusal(read_texts, str(path)) == expected.format(path=path)
 
 
+NAMED_AS_JSON = [
+    ("t.jsonl", "{'text': 'single quotes'}\n", "{path}:1: invalid JSON (Expecting property name"),
+    ("t.jsonl", '{"text": "a",}\n{"text": "b"}\n', "{path}:1: invalid JSON (Expecting property name"),
+    ("t.ndjson", "plain words\n", "{path}:1: invalid JSON (Expecting value); the file is named .ndjson"),
+    ("t.jsonl", '"a string"\n', "{path}:1: expected a JSON object, found a string"),
+    ("t.json", '[{"text": "a"},\n\n{"text": "b"}\n', "{path}:3: invalid JSON (Expecting ',' delimiter)"),
+    ("t.json", '["a", "b"]\n', "{path}:1: expected a JSON array of objects with a 'text', found a list"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "expected"), NAMED_AS_JSON)
+def test_a_file_named_as_json_is_never_read_as_text(
+    tmp_path: Path, name: str, content: str, expected: str
+) -> None:
+    # A broken first line of a .jsonl is a typo, not a request to predict each line's raw JSON as a text.
+    path = write(tmp_path, name, content)
+    assert refusal(read_texts, str(path)).startswith(expected.format(path=path))
+
+
 def pipe(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
 

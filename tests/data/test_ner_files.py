@@ -86,6 +86,20 @@ def test_conll_crlf_and_bom(tmp_path):
     assert read_conll(path)[0] == row
 
 
+def test_conll_lone_cr_line_ends_are_line_breaks(tmp_path):
+    # Old Mac exports end lines with a lone CR; read as one line, the whole file would be one "token".
+    path = write(tmp_path, "mac.conll", b"Aspirin\tB-Chemical\rrash\tB-Disease\r\rFever\tB-Disease\r")
+    data = read_conll(path)
+    assert data["tokens"] == [["Aspirin", "rash"], ["Fever"]]
+    assert data["tags"] == [["B-Chemical", "B-Disease"], ["B-Disease"]]
+
+
+def test_conll_line_numbers_count_lone_cr_breaks(tmp_path):
+    path = write(tmp_path, "mac.conll", b"Aspirin\tB-Chemical\rrash\r")
+    with pytest.raises(BertTasksError, match=r"mac\.conll:2: expected at least 2 columns"):
+        read_conll(path)
+
+
 def test_repair_bio_positions():
     fixed, positions = repair_bio(["I-A", "I-A", "B-B", "I-A", "O", "I-B"])
     assert fixed == ["B-A", "I-A", "B-B", "B-A", "O", "B-B"]
