@@ -252,15 +252,20 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
         sentence_tags.clear()
         where.clear()
 
+    width: tuple[int, str] | None = None  # the first token line's column count, and where it is
     for number, line in numbered_lines(text):
-        token_tag = _conll_line(f"{path}:{number}", line, tag_index)
-        if token_tag is None:
+        at = f"{path}:{number}"
+        columns = _conll_line(at, line, tag_index)
+        if columns is None:
             flush()
             document += _is_docstart(line)
             continue
-        sentence.append(token_tag[0])
-        sentence_tags.append(token_tag[1])
-        where.append(f"{path}:{number}")
+        width = width or (len(columns), at)
+        if len(columns) != width[0]:
+            raise _width_error(at, line, len(columns), width)
+        sentence.append(columns[0])
+        sentence_tags.append(columns[tag_index])
+        where.append(at)
     flush()
     repairs.report()
     if not tokens:
@@ -278,13 +283,24 @@ def _columns(line: str) -> list[str]:
     return [c for c in line.split(" ") if c]
 
 
+def _width_error(at: str, line: str, found: int, width: tuple[int, str]) -> BertTasksError:
+    """Every token line must have the file's column count: `New York B-LOC` in a two-column file would
+    otherwise lose `York` (the token is column 0, the tag the last), silently."""
+    expected, first = width
+    spaces = " (a line without tabs is split at spaces: a token with a space needs tab-separated columns)"
+    hint = "" if "\t" in line else spaces
+    return BertTasksError(
+        f"{at}: {found} columns, but the file's token lines have {expected} (as {first}){hint}; fix the line"
+    )
+
+
 def _is_docstart(line: str) -> bool:
     """Whether a CoNLL line is a document marker (`-DOCSTART- -X- -X- O`)."""
     return not is_blank(line) and _columns(line)[0] == DOCSTART
 
 
-def _conll_line(at: str, line: str, tag_index: int) -> tuple[str, str] | None:
-    """(token, tag) of one CoNLL line, or None for a sentence break (a blank or `-DOCSTART-` line)."""
+def _conll_line(at: str, line: str, tag_index: int) -> list[str] | None:
+    """The checked columns of one CoNLL line, or None for a sentence break (a blank or `-DOCSTART-` line)."""
     if is_blank(line):
         return None
     check_text(line, at, "the line")
@@ -301,9 +317,8 @@ def _conll_line(at: str, line: str, tag_index: int) -> tuple[str, str] | None:
         )
     if is_blank(columns[0]):
         raise BertTasksError(f"{at}: empty token in column 0; remove the line or put the token first")
-    tag = columns[tag_index]
-    check_tag(tag, at)
-    return columns[0], tag
+    check_tag(columns[tag_index], at)
+    return columns
 
 
 def _tokens_and_tags(

@@ -100,6 +100,25 @@ def test_conll_line_numbers_count_lone_cr_breaks(tmp_path):
         read_conll(path)
 
 
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            "Aspirin B-Chemical\nNew York B-LOC\n",
+            r"w\.conll:2: 3 columns, but the file's token lines have 2 "
+            r"\(as .*w\.conll:1\) \(a line without tabs is split at spaces",
+        ),
+        ("EU NNP B-ORG\n\nrain O\n", r"w\.conll:3: 2 columns, but the file's token lines have 3"),
+        ("Aspirin\tB-Chemical\nrash\tNN\tB-Disease\n", r"w\.conll:2: 3 columns, .* have 2 \(as [^)]*\); fix"),
+    ],
+    ids=["a token with a space", "a column fewer", "an extra tab column"],
+)
+def test_conll_lines_of_another_column_count_are_refused(tmp_path, content, expected):
+    # Token is column 0 and tag the last: without this check `New York B-LOC` silently loses `York`.
+    with pytest.raises(BertTasksError, match=expected):
+        read_conll(write(tmp_path, "w.conll", content))
+
+
 def test_repair_bio_positions():
     fixed, positions = repair_bio(["I-A", "I-A", "B-B", "I-A", "O", "I-B"])
     assert fixed == ["B-A", "I-A", "B-B", "B-A", "O", "B-B"]
