@@ -137,10 +137,15 @@ def inputs_to_columns(
     return columns
 
 
+def is_tag(tag: str) -> bool:
+    """Whether `tag` is `O` or `P-TYPE` with a prefix P of BIO, IOBES, BILOU or BMES."""
+    return tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in BIO_OF_PREFIX)
+
+
 def check_tag(tag: str, where: str) -> None:
     """Reject tags that are neither `O` nor `P-TYPE` with a prefix P of BIO, IOBES, BILOU or BMES (e.g. a
     part-of-speech tag from the wrong CoNLL column)."""
-    if tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in BIO_OF_PREFIX):
+    if is_tag(tag):
         return
     raise BertTasksError(
         f"{where}: tag {tag!r} is not BIO (O, B-TYPE, I-TYPE; IOBES, BILOU and BMES prefixes are read as "
@@ -253,8 +258,12 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
         where.clear()
 
     width: tuple[int, str] | None = None  # the first token line's column count, and where it is
+    comments = _Count()
     for number, line in numbered_lines(text):
         at = f"{path}:{number}"
+        if _is_comment(line, tag_index):
+            comments.add([0], [at])
+            continue
         columns = _conll_line(at, line, tag_index)
         if columns is None:
             flush()
@@ -268,6 +277,14 @@ def _conll_dataset(path: Path, text: str, tag_index: int) -> Dataset:
         where.append(at)
     flush()
     repairs.report()
+    if comments.count:
+        logger.warning(
+            "%s: skipped %d comment line(s) (starting with '#' and holding no tag; a '#' token line is "
+            "read as a token); first at %s",
+            path,
+            comments.count,
+            comments.first,
+        )
     if not tokens:
         raise BertTasksError(f"{path}: no sentences found (only -DOCSTART- or blank lines); check the file")
     if not document:
@@ -294,6 +311,20 @@ def _width_error(at: str, line: str, found: int, width: tuple[int, str]) -> Bert
     )
 
 
+def _is_comment(line: str, tag_index: int) -> bool:
+    """Whether a CoNLL line is a comment (`# sent_id = 3`, MultiCoNER's `# id ... domain=en`): it starts
+    with `#` and its tag column holds no tag, so a hashtag token line (`#\tO`) stays a token."""
+    if not line.startswith("#"):
+        return False
+    columns = _columns(line)
+    return not (len(columns) >= _needed_columns(tag_index) and is_tag(columns[tag_index]))
+
+
+def _needed_columns(tag_index: int) -> int:
+    """How many columns a token line needs for its tag to sit at `tag_index` (token in column 0)."""
+    return tag_index + 1 if tag_index > 0 else 1 - tag_index
+
+
 def _is_docstart(line: str) -> bool:
     """Whether a CoNLL line is a document marker (`-DOCSTART- -X- -X- O`)."""
     return not is_blank(line) and _columns(line)[0] == DOCSTART
@@ -307,7 +338,7 @@ def _conll_line(at: str, line: str, tag_index: int) -> list[str] | None:
     columns = _columns(line)
     if columns[0] == DOCSTART:
         return None
-    needed = tag_index + 1 if tag_index > 0 else 1 - tag_index
+    needed = _needed_columns(tag_index)
     if len(columns) < needed:
         odd = sorted({f"U+{ord(c):04X}" for c in line if c.isspace() and c not in " \t"})
         hint = f" (columns are separated by tabs or ASCII spaces; {', '.join(odd)} is part of a token)"

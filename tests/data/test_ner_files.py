@@ -119,6 +119,20 @@ def test_conll_lines_of_another_column_count_are_refused(tmp_path, content, expe
         read_conll(write(tmp_path, "w.conll", content))
 
 
+def test_conll_comment_lines_are_skipped_and_a_hash_token_is_kept(tmp_path, caplog):
+    # CoNLL-U's `# sent_id`/`# text` and MultiCoNER's `# id ... domain=en` lines hold no tag.
+    content = (
+        "# sent_id = 1\n# text = Aspirin rash\nAspirin\tB-Chemical\n#\tO\nrash\tB-Disease\n\n"
+        "# newdoc\nFever\tO\n"
+    )
+    with caplog.at_level(logging.WARNING):
+        data = read_conll(write(tmp_path, "c.conll", content))
+    assert data["tokens"] == [["Aspirin", "#", "rash"], ["Fever"]]
+    assert data["tags"] == [["B-Chemical", "O", "B-Disease"], ["O"]]
+    [record] = caplog.records
+    assert "skipped 3 comment line(s)" in record.getMessage() and "c.conll:1" in record.getMessage()
+
+
 def test_repair_bio_positions():
     fixed, positions = repair_bio(["I-A", "I-A", "B-B", "I-A", "O", "I-B"])
     assert fixed == ["B-A", "I-A", "B-B", "B-A", "O", "B-B"]
