@@ -39,6 +39,10 @@ _BOM = b"\xef\xbb\xbf"
 _LINE_BREAK = re.compile("\r\n|\r|\n")
 #: Suffixes that say a file is JSON: its first line is then read as JSON or refused, never taken for text.
 _JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
+_JSONL_FIX = (
+    "this input is JSON Lines (its first line is a JSON object), so write every line as a JSON object with "
+    "a 'text'"
+)
 
 
 def is_blank(text: str) -> bool:
@@ -224,17 +228,11 @@ def text_records(
         lines = iter(buffered)
     else:
         if _declared_json(path):
-            raise _not_json_object(first[0], first[1], Path(path).suffix)
+            named = f"the file is named {Path(path).suffix}, so write each line as a JSON object"
+            _jsonl_text_line(*first, f"{named} with a 'text' or rename it .txt")  # raises: no object here
         lines = itertools.chain([first], lines)
     for where, line in lines:
         yield where, check(where, {"text": check_text(line, where, "the line")})
-
-
-def _not_json_object(where: str, line: str, suffix: str) -> BertTasksError:
-    """The error for a file named as JSON whose first line is not a JSON object."""
-    fix = f"the file is named {suffix}, so write each line as a JSON object with a 'text' or rename it .txt"
-    record = _parse(where, line, fix)
-    return BertTasksError(f"{where}: expected a JSON object, found {describe(record)}; {fix}")
 
 
 def _not_json_array(records: Any, buffered: list[tuple[str, str]]) -> BertTasksError:
@@ -316,19 +314,11 @@ def _parse(where: str, line: str, fix: str) -> Any:
         raise BertTasksError(f"{where}: invalid JSON ({reason}); {fix}") from None
 
 
-def _jsonl_text_line(where: str, line: str) -> dict[str, Any]:
-    """One line of a JSON Lines input of texts: an object, as the first line was."""
-    record = _parse(
-        where,
-        line,
-        "this input is JSON Lines (its first line is a JSON object), so write every line as a JSON object "
-        "with a 'text'",
-    )
+def _jsonl_text_line(where: str, line: str, fix: str = _JSONL_FIX) -> dict[str, Any]:
+    """One line of a JSON Lines input of texts: an object, as the first line was (`fix` says why)."""
+    record = _parse(where, line, fix)
     if not isinstance(record, dict):
-        raise BertTasksError(
-            f"{where}: expected a JSON object, found {describe(record)}; this input is JSON Lines (its "
-            "first line is a JSON object), so write every line as a JSON object with a 'text'"
-        )
+        raise BertTasksError(f"{where}: expected a JSON object, found {describe(record)}; {fix}")
     return record
 
 
