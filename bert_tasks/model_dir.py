@@ -236,6 +236,15 @@ def check_model_name(name: str | Path) -> None:
     raise BertTasksError(f"model {text}: no such directory; pass a saved model dir or a hub id")
 
 
+def check_positions(max_length: int, positions: Any, name: str | Path) -> None:
+    """Refuse windows longer than the model's position embeddings: the first long batch would fail."""
+    if isinstance(positions, int) and max_length > positions:
+        raise BertTasksError(
+            f"max_length={max_length}: model {name} has only {positions} position embeddings; "
+            f"set max_length={positions} or less (longer inputs are read in windows)"
+        )
+
+
 def _mistyped_path(text: str) -> bool:
     parent_exists = text.count("/") == 1 and Path(text).expanduser().parent.is_dir()
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or parent_exists

@@ -149,6 +149,16 @@ def tags_that_are_not_bio(p: Place) -> Case:
     return finetune(p, "ner", f"{path}:1: tag 'Chemical' is not BIO (O, B-TYPE, I-TYPE;", train_file=path)
 
 
+def label_names_not_bio(p: Place) -> Case:
+    names = "[O,B-Disease,I-Disease,B-Chemical,I-Chemical,Disease]"
+    return finetune(p, "ner", "names ['Disease'] are not BIO; give O plus B-TYPE", label_names=names)
+
+
+def max_length_past_positions(p: Place) -> Case:
+    expected = f"max_length=512: model {p.tiny_model} has only 128 position embeddings; set max_length=128"
+    return finetune(p, "ner", expected, max_length=512)
+
+
 def non_utf8_bytes(p: Place) -> Case:
     path = p.write("latin1.jsonl", '{"text": "Caf\xe9 cr\xe8me", "label": "positive"}\n'.encode("latin-1"))
     return finetune(p, "sentiment", f"{path}:1: byte 0xe9 at offset 13 is not UTF-8", train_file=path)
@@ -259,6 +269,8 @@ CASES: dict[str, Callable[[Place], Case]] = {
         label_unseen_in_train,
         entity_type_unseen_in_train,
         tags_that_are_not_bio,
+        label_names_not_bio,
+        max_length_past_positions,
         non_utf8_bytes,
         recipe_unknown_key,
         recipe_wrong_type,

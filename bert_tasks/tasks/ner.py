@@ -78,6 +78,21 @@ def bio_label_names(tags: Sequence[Sequence[str]]) -> list[str]:
     return ["O"] + [f"{prefix}-{name}" for name in types for prefix in ("B", "I")]
 
 
+def _check_bio_names(names: Sequence[str]) -> None:
+    """Refuse `label_names` that are not BIO (O, B-X, I-X, both prefixes per type): the scorer and the
+    Viterbi transitions read every name as BIO, and a stray `Disease` would only fail at the first eval."""
+    bad = [name for name in names if name != "O" and not (name[:2] in ("B-", "I-") and len(name) > 2)]
+    types = {name[2:] for name in names if name != "O"} - set(bad)
+    half = [
+        f"{prefix}-{kind}" for kind in sorted(types) for prefix in "BI" if f"{prefix}-{kind}" not in names
+    ]
+    if bad or half:
+        problem = f"names {bad} are not BIO" if bad else f"lacks {half}"
+        raise BertTasksError(
+            f"label_names={list(names)}: {problem}; give O plus B-TYPE and I-TYPE for every entity type"
+        )
+
+
 def align_labels(
     word_ids: Sequence[int | None],
     first_piece: Sequence[bool],
@@ -463,6 +478,7 @@ class NerTask(Task):
         found = bio_label_names(train["tags"])
         if cfg.label_names is None:
             return found
+        _check_bio_names(cfg.label_names)
         missing = sorted(set(found) - set(cfg.label_names))
         if missing or "O" not in cfg.label_names:
             raise BertTasksError(

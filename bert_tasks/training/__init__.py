@@ -10,6 +10,7 @@ of them is answered in a second, and leaves the output dir as it was.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from bert_tasks.data.in_memory import split_data
 from bert_tasks.data.splits import read_training_splits, without_demo_files
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import check_model_name
+from bert_tasks.model_dir import check_model_name, check_positions
 from bert_tasks.pruning.heads import check_removable, heads_by_layer, read_shape
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
@@ -58,6 +59,7 @@ def train(cfg: Config, data: Any = None) -> Path:
         foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
         check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
         check_prune_heads(cfg)
+        check_max_length(cfg)
         check_weight_average(cfg)
         raw, cfg = read_training_splits(task, cfg, data)  # an auto split that carved is named by its share
         if "train" not in raw:
@@ -67,12 +69,13 @@ def train(cfg: Config, data: Any = None) -> Path:
                 "eval_at_start=true: no validation split to score the model on before training; give "
                 "validation_file= (or validation_split=), or drop eval_at_start"
             )
+        labels = task.label_names(raw["train"], cfg)  # bad label_names fail before anything is inferred
         inferred = task.infer_options(raw["train"], cfg)
         if inferred:  # saved in recipe.yaml and the model's policy like options the user gave
             cfg = replace(cfg, **inferred)
             task = get_task(cfg)
         if isinstance(cfg.class_weights, list):
-            check_class_weights(cfg.class_weights, task.label_names(raw["train"], cfg))
+            check_class_weights(cfg.class_weights, labels)
         plan = plan_distillation(cfg, task, raw) if cfg.teacher is not None else None
         in_memory = list(split_data(data)) if data is not None else []
         run = _start(cfg, task, raw, output, in_memory, plan)
@@ -133,6 +136,17 @@ def check_prune_heads(cfg: Config) -> None:
     config = Path(cfg.model).expanduser() / "config.json"
     if cfg.prune_heads and config.is_file():
         check_removable(heads_by_layer(cfg.prune_heads), read_shape(config.parent), cfg.model)
+
+
+def check_max_length(cfg: Config) -> None:
+    """`max_length` against a local model dir's config.json, before torch loads (a hub id's after)."""
+    config = Path(cfg.model).expanduser() / "config.json"
+    try:
+        fields = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no readable config.json: the model loader says what is wrong with the dir
+    if isinstance(fields, dict):
+        check_positions(cfg.max_length, fields.get("max_position_embeddings"), cfg.model)
 
 
 def check_weight_average(cfg: Config) -> None:

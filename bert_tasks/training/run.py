@@ -47,7 +47,7 @@ from bert_tasks.model_card import (
     run_card,
     versions_note,
 )
-from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
+from bert_tasks.model_dir import POLICY_KEY, ModelPolicy, check_positions
 from bert_tasks.modeling.encoders import attention_path, require_fused
 from bert_tasks.modeling.load import check_tokenizer_fits, load_model, load_tokenizer
 from bert_tasks.modeling.patch import set_attention_dropout
@@ -253,6 +253,7 @@ class Run:
         cfg = self.cfg
         model = self._build_model()
         check_tokenizer_fits(self.tokenizer, model, cfg.model)
+        check_positions(cfg.max_length, model.config.max_position_embeddings, cfg.model)
         if cfg.prune_heads:
             require_fused(model.config, "prune_heads=", cfg.model, "drop prune_heads, or train a BERT")
             heads = heads_by_layer(cfg.prune_heads)

@@ -56,6 +56,21 @@ def test_label_names_o_first_then_b_i_per_type():
         )
 
 
+@pytest.mark.parametrize(
+    ("names", "problem"),
+    [
+        (["O", "B-Disease", "I-Disease", "Disease"], r"names \['Disease'\] are not BIO"),
+        (["O", "b-x", "B-Disease", "I-Disease"], r"names \['b-x'\] are not BIO"),
+        (["O", "I-", "B-Disease", "I-Disease"], r"names \['I-'\] are not BIO"),
+        (["O", "B-Disease", "I-Disease", "B-Gene"], r"lacks \['I-Gene'\]"),
+    ],
+)
+def test_label_names_that_are_not_bio_are_refused_before_training(names, problem):
+    train = Dataset.from_dict({"tokens": [["a"]], "tags": [["B-Disease"]]})
+    with pytest.raises(BertTasksError, match=rf"label_names=.*: {problem}; give O plus B-TYPE"):
+        NerTask().label_names(train, Config(task="ner", label_names=names))
+
+
 def test_read_demo_and_reject_eval_types_unseen_in_train(tmp_path):
     cfg = Config(
         task="ner", train_file=str(DEMO / "train.conll"), validation_file=str(DEMO / "validation.conll")

@@ -95,7 +95,7 @@ def test_ner_weights_count_every_trained_tag_o_included(tiny_model: Path, tmp_pa
     """With windows longer than every sentence and the first sub-token of each word trained, the counts
     are the file's tag counts."""
     tags = [tag for sentence in read_conll(DATA["ner"][0]) for _, tag in sentence]
-    cfg = tiny_config("ner", tiny_model, tmp_path / "ner", class_weights="auto", max_length=256, stride=32)
+    cfg = tiny_config("ner", tiny_model, tmp_path / "ner", class_weights="auto", max_length=128, stride=32)
     recipe = (train(cfg) / "recipe.yaml").read_text()
     note = next(line for line in recipe.splitlines() if line.startswith("# class weights"))
     weights = inverse_sqrt_weights([tags.count(label) for label in LABELS["ner"]])
