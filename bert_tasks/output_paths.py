@@ -22,6 +22,13 @@ from bert_tasks.errors import BertTasksError
 
 #: Directories of kernel filesystems: they hold no files a command could write.
 _KERNEL_DIRS = (Path("/proc"), Path("/sys"))
+#: How the pages (their <meta name="generator">) and the PNGs (their tEXt Software chunk) say who wrote
+#: them: a file without the mark is the user's, and no command replaces it.
+GENERATOR = "bert-tasks"
+_OUR_MARKS = (
+    f'<meta name="generator" content="{GENERATOR}">'.encode(),
+    f"tEXtSoftware\0{GENERATOR}".encode(),
+)
 
 
 @dataclass
@@ -147,8 +154,28 @@ def check_html_path(out: str | Path, command: str) -> None:
 def page_output(out: str | Path, command: str) -> CommandOutput:
     """The folder of `<command> --html PAGE` under the one output rule; enter it before the model loads."""
     check_html_path(out, command)
+    check_replaceable(Path(out), f"{command} --html")
     todo = "pass --html a .html path in a directory you can write to"
     return CommandOutput(Path(out).parent, f"{command} --html {out}", todo)
+
+
+def check_replaceable(path: Path, what: str) -> None:
+    """Refuse to replace a file that bert-tasks did not write: a page or image of the user's own."""
+    if (path.exists() or path.is_symlink()) and not path.is_dir() and not written_by_us(path):
+        raise BertTasksError(
+            f"{what} {path}: exists and was not written by bert-tasks; give a new path, or remove the file "
+            "first"
+        )
+
+
+def written_by_us(path: Path) -> bool:
+    """Whether the file's head carries the mark bert-tasks writes into its pages and PNGs."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(4096)  # the generator meta and the PNG's tEXt chunk come first
+    except OSError:
+        return False
+    return any(mark in head for mark in _OUR_MARKS)
 
 
 def _check_file_path(out: str | Path, what: str, kind: str, suffixes: tuple[str, ...]) -> None:

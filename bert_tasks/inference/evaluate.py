@@ -47,6 +47,10 @@ _WINDOW_KEYS = ("max_length", "stride")
 _DATA_ONLY = ("dataset=none", "train_file=none", "validation_file=none", "validation_split=none")
 _DATA_ONLY += ("max_eval_samples=none",)
 
+#: Written into every evaluate output dir: the metrics and plots there are evaluate's, and a later
+#: evaluate into the same dir replaces them (a dir without it may hold a run's or the user's own).
+EVALUATE_MARK = ".bert-tasks-evaluate"
+
 
 def read_labelled_file(
     model_dir: str | Path, data_file: str, overrides: Sequence[str] = (), task: str | None = None
@@ -155,6 +159,19 @@ def evaluate_data(
     return Predictor(model_dir, quantize=quantize, allow_pickle=allow_pickle, policy=policy).evaluate(raw)
 
 
+def check_evaluate_dir(out_dir: Path) -> None:
+    """Refuse an `--out` that holds a metrics.json or PNG that evaluate did not write (a training run's
+    dir, a folder of the user's reports): evaluate would replace them."""
+    if not out_dir.is_dir() or (out_dir / EVALUATE_MARK).exists():
+        return
+    theirs = sorted(path.name for path in [out_dir / "metrics.json", *out_dir.glob("*.png")] if path.exists())
+    if theirs:
+        raise BertTasksError(
+            f"evaluate output {out_dir}: holds {listed(theirs)}, not written by evaluate, which would "
+            "replace them; pass --out a new directory"
+        )
+
+
 def evaluate_file(
     task: str,
     model_dir: str | Path,
@@ -176,6 +193,7 @@ def evaluate_file(
     read_policy(local_model_dir(model_dir), task)  # a wrong model dir before anything is created
     if html is not None:
         task_class(task).check_page("evaluate")
+    check_evaluate_dir(out_dir)
     todo = "pass --out a directory you can write to"
     with (
         CommandOutput(out_dir, f"evaluate output {out_dir}", todo) as out,
@@ -188,6 +206,7 @@ def evaluate_file(
         encoded, logits = predictor.window_logits(raw)
         metrics = predictor.task.metrics(raw, encoded, logits, predictor.id2label)
         with out.writing():
+            (out_dir / EVALUATE_MARK).touch()
             write_atomically(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
             plots = predictor.task.save_plots(metrics, out_dir)
         if page is not None:

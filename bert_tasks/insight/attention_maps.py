@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from bert_tasks.config import DEFAULT_MODEL
 from bert_tasks.errors import BertTasksError
-from bert_tasks.output_paths import CommandOutput, check_png_path
+from bert_tasks.output_paths import CommandOutput, check_png_path, check_replaceable
 
 if TYPE_CHECKING:
     import torch
@@ -132,6 +132,7 @@ def draw_attention(
     """
     if out is not None:
         check_png_path(out)
+        check_replaceable(Path(out), "attention --out")
     what = f"attention output {out}" if out is not None else f"attention output dir {Path.cwd()}"
     with CommandOutput(Path(out or "x.png").parent, what, _TODO) as target:  # checked before the model loads
         maps = attention_maps(text, model)
@@ -140,6 +141,7 @@ def draw_attention(
         if out is None:
             which_head = "" if head is None else f"_head{head}"
             out = f"attention_{'all' if index is None else f'layer{index}'}{which_head}.png"
+            check_replaceable(Path(out), "attention output")
         with target.writing():
             return _draw(maps, index, head, out)
 

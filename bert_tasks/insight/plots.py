@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from sklearn.metrics import ConfusionMatrixDisplay
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.output_paths import GENERATOR
 
 #: Scalars of a training log row that are bookkeeping, not curves.
 _NOT_CURVES = {"step", "epoch", "loss", "lr", "grad_norm", "eval_loss"}
@@ -203,7 +204,8 @@ def _save(fig: Figure, path: str | Path) -> Path:
     inches = max(fig.get_figwidth(), fig.get_figheight())
     partial = path.with_name(f".{path.name}.tmp")
     try:
-        fig.savefig(partial, format="png", dpi=min(_DPI, MAX_SIDE_PIXELS / inches))
+        dpi = min(_DPI, MAX_SIDE_PIXELS / inches)
+        fig.savefig(partial, format="png", dpi=dpi, metadata={"Software": GENERATOR})  # see written_by_us
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bert_tasks.errors import BertTasksError
+from bert_tasks.inference.evaluate import EVALUATE_MARK
 from bert_tasks.insight.attention_maps import attention_maps
 from bert_tasks.insight.attention_page import write_attention_page
 from bert_tasks.insight.html_page import script_json
@@ -61,6 +62,68 @@ def test_a_bad_html_output_is_one_line_before_torch(
     assert answer["loaded"] == [], f"{argv} imported {answer['loaded']} before answering"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plots"]  # no page, no eval dir
     assert not list(ner_run.glob("eval-*"))
+
+
+MINE = "<!doctype html><title>my own notes</title>\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["predict", "ner", "--model", "{ner}", "--html", "mine.html", "a"],
+            "predict --html mine.html: exists",
+        ),
+        (
+            ["evaluate", "ner", "--model", "{ner}", "--data", "{conll}", "--html", "mine.html", "--out", "e"],
+            "evaluate --html mine.html: exists and was not written by bert-tasks",
+        ),
+        (["attention", "--html", "mine.html", TEXT], "attention --html mine.html: exists"),
+        (["attention", "--out", "mine.png", TEXT], "attention --out mine.png: exists and was not written"),
+        (
+            ["evaluate", "ner", "--model", "{ner}", "--data", "{conll}", "--out", "reports"],
+            "evaluate output reports: holds metrics.json, scores.png, not written by evaluate",
+        ),
+    ],
+)
+@pytest.mark.slow
+def test_a_file_bert_tasks_did_not_write_is_never_replaced(
+    argv: list[str], message: str, tmp_path: Path, ner_run: Path
+) -> None:
+    """A user's page, image or report of the name a command would write: one line, the file unchanged."""
+    mine = {"mine.html": MINE, "mine.png": "not a bert-tasks image", "reports/metrics.json": "{}"}
+    mine["reports/scores.png"] = "a plot of the user's own"
+    for name, content in mine.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(content, encoding="utf-8")
+    places = {"ner": ner_run, "conll": FIXTURES / "ner_sample.conll"}
+    answer = probe([part.format(**places) for part in argv], tmp_path)
+    assert answer["status"] == 1 and message in answer["stderr"], answer
+    assert len(answer["stderr"].strip().splitlines()) == 1
+    assert answer["loaded"] == [], f"{argv} imported {answer['loaded']} before answering"
+    assert {name: (tmp_path / name).read_text(encoding="utf-8") for name in mine} == mine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.html", "mine.png", "reports"]
+
+
+@pytest.mark.slow
+def test_a_command_replaces_its_own_page_plots_and_report(tmp_path: Path, ner_run: Path) -> None:
+    """Run twice into the same paths: the second run replaces what the first wrote."""
+    model, conll = str(ner_run), str(FIXTURES / "ner_sample.conll")
+    commands = [
+        ["predict", "ner", "--model", model, "--html", "p.html", "a"],
+        ["evaluate", "ner", "--model", model, "--data", conll, "--out", "e", "--html", "e.html"],
+        ["attention", "--model", model, "--out", "a.png", TEXT],
+    ]
+    for argv in commands:
+        for _ in range(2):
+            answer = probe(argv, tmp_path)
+            assert answer["status"] == 0, answer
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "e", "e.html", "p.html"]
+    assert sorted(p.name for p in (tmp_path / "e").iterdir()) == [
+        EVALUATE_MARK,
+        "metrics.json",
+        "ner_scores.png",
+    ]
 
 
 def test_compare_refuses_a_model_of_another_shape_and_writes_nothing(
