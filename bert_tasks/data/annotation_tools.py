@@ -40,11 +40,12 @@ def is_label_studio(record: dict[str, Any]) -> bool:
 
 
 def is_doccano(record: dict[str, Any], text_field: str) -> bool:
-    """A doccano record: the text and a list of `label`/`labels` triples or `entities` objects."""
-    return text_field in record and any(isinstance(record.get(key), list) for key in _DOCCANO_KEYS)
-
-
-_DOCCANO_KEYS = ("entities", "label", "labels")
+    """A doccano record: the text and `entities` objects or a list of `label`/`labels` triples (`entities`
+    names doccano whatever its value, so a null there is refused as doccano's; a `label` string is a
+    sentiment record's)."""
+    return text_field in record and (
+        "entities" in record or any(isinstance(record.get(key), list) for key in ("label", "labels"))
+    )
 
 
 def label_studio_examples(path: Path, raw: str, text_field: str) -> Iterator[SpanExample]:
@@ -116,10 +117,25 @@ def doccano_examples(path: Path, raw: str, text_field: str) -> Iterator[SpanExam
     for where, record in json_records(path, raw):
         text = span_text(where, record.get(text_field), text_field)
         if "entities" in record:
-            yield where, text, [_doccano_entity(where, n, e) for n, e in enumerate(record["entities"], 1)]
+            entities = _doccano_list(
+                where, record, "entities", "objects with start_offset, end_offset, label"
+            )
+            yield where, text, [_doccano_entity(where, n, e) for n, e in enumerate(entities, 1)]
             continue
         key = "label" if "label" in record else "labels"
-        yield where, text, [_doccano_triple(where, n, t) for n, t in enumerate(record.get(key, []), 1)]
+        triples = _doccano_list(where, record, key, '[start, end, "TYPE"] triples') if key in record else []
+        yield where, text, [_doccano_triple(where, n, t) for n, t in enumerate(triples, 1)]
+
+
+def _doccano_list(where: str, record: dict[str, Any], key: str, items: str) -> list[Any]:
+    """The record's span list; `null` or another value is one line (an empty list means no entity)."""
+    spans = record[key]
+    if not isinstance(spans, list):
+        raise BertTasksError(
+            f"{where}: doccano {key!r} is {describe(spans)}, not a list of {items}; write [] for a text "
+            "without entities"
+        )
+    return spans
 
 
 def _doccano_triple(where: str, number: int, triple: Any) -> dict[str, Any]:

@@ -196,6 +196,16 @@ def test_the_label_studio_text_field_follows_text_column(tmp_path: Path) -> None
             "{path}:1: span label None must be an entity type such as 'Disease' (no B-/I- prefix)",
         ),
         (
+            '{"text": "No rash", "entities": null}',
+            "{path}:1: doccano 'entities' is null, not a list of objects with start_offset, end_offset, "
+            "label; write [] for a text without entities",
+        ),
+        (
+            '{"text": "No rash", "label": [[3, 7, "Disease"]]}\n{"text": "Fine", "label": null}',
+            "{path}:2: doccano 'label' is null, not a list of [start, end, \"TYPE\"] triples; write [] for a text "
+            "without entities",
+        ),
+        (
             '{"text": "No rash", "spans": [], "label": []}',
             "{path}: the first record fits more than one NER format (jsonl-spans, doccano); name it with "
             "format=jsonl-spans (or another)",
