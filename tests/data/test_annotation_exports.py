@@ -202,8 +202,8 @@ def test_the_label_studio_text_field_follows_text_column(tmp_path: Path) -> None
         ),
         (
             '{"text": "No rash", "label": [[3, 7, "Disease"]]}\n{"text": "Fine", "label": null}',
-            "{path}:2: doccano 'label' is null, not a list of [start, end, \"TYPE\"] triples; write [] for a text "
-            "without entities",
+            "{path}:2: doccano 'label' is null, not a list of [start, end, \"TYPE\"] triples; write [] "
+            "for a text without entities",
         ),
         (
             '{"text": "No rash", "spans": [], "label": []}',
