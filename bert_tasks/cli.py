@@ -190,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="key=value",
         help="how the file is read (e.g. text_column=x) or how the model reads it, instead of the saved "
-        "values (max_length, stride, NER's viterbi, label_all_subtokens, word_splitter)",
+        "values (max_length, stride, NER's viterbi, word_splitter, document_context)",
     )
     evaluate.set_defaults(run=_evaluate, positionals="overrides")
 

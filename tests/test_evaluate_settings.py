@@ -75,3 +75,38 @@ def test_a_training_key_is_refused_in_one_line(
     key = setting.partition("=")[0]
     assert line.startswith(f"bert-tasks: error: {key}= on the command line is not an evaluate setting: ")
     assert "(max_length, stride)" in line and not (tmp_path / "eval").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            "label_all_subtokens=true",
+            "label_all_subtokens= on the command line: the model was trained with its saved "
+            "label_all_subtokens (config.json's bert_tasks.label_all_subtokens), which evaluate cannot "
+            "change; drop it",
+        ),
+        (
+            "word_splitter=whitespace",
+            "word_splitter= on the command line changes nothing here: {data} gives its own tokens, no text "
+            "to cut; drop it",
+        ),
+    ],
+)
+def test_an_ner_setting_that_would_change_nothing_is_refused(
+    setting: str, message: str, ner_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """label_all_subtokens only chose the training labels; a CoNLL file's words are cut by no splitter."""
+    data = str(DATA["ner"][1])
+    argv = ["evaluate", "ner", "--model", str(ner_run), "--data", data, setting]
+    line = cli_error_line([*argv, "--out", str(tmp_path / "eval")], capsys)
+    assert line == "bert-tasks: error: " + message.format(data=data)
+    assert not (tmp_path / "eval").exists()
+
+
+def test_word_splitter_applies_to_a_file_of_texts(ner_run: Path, tmp_path: Path) -> None:
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text('{"text": "aspirin-induced rash", "spans": []}\n', encoding="utf-8")
+    raw, policy = read_labelled_file(ner_run, str(spans), ["word_splitter=whitespace"])
+    assert policy.task_options["word_splitter"] == "whitespace"
+    assert raw["tokens"] == [["aspirin-induced", "rash"]]

@@ -81,15 +81,19 @@ def _read_labelled(
     model_dir: str | Path, overrides: Sequence[str], test_file: str, task: str | None, data: Any, source: str
 ) -> tuple[Dataset, ModelPolicy]:
     directory = local_model_dir(model_dir)
-    policy = read_policy(directory, task)
-    saved_task = policy.make_task()
+    saved = read_policy(directory, task)
+    saved_task = saved.make_task()
     policy_keys = _check_keys(overrides, saved_task.evaluate_options, saved_task.trained_options)
     recipe = directory / "recipe.yaml"
-    cfg = load_recipe(recipe if recipe.is_file() else None, [*_DATA_ONLY, *overrides, test_file], policy.task)
-    policy = _with_overrides(policy, cfg, policy_keys)
+    cfg = load_recipe(recipe if recipe.is_file() else None, [*_DATA_ONLY, *overrides, test_file], saved.task)
+    policy = _with_overrides(saved, cfg, policy_keys)
     model_task = policy.make_task()
     raw = read_splits(model_task, cfg, None if data is None else {"test": data})["test"]
+    for key, why in model_task.unused_options(raw).items():
+        if key in policy_keys:
+            raise BertTasksError(f"{key}= on the command line changes nothing here: {source} {why}; drop it")
     check_known_labels(model_task, raw, cfg, label_names(directory), source)
+    _say_changes(saved, policy, policy_keys)  # only once they apply: a refusal stays the one line
     return raw, policy
 
 
@@ -116,7 +120,7 @@ def _check_keys(overrides: Sequence[str], task_options: Sequence[str], trained: 
         if key in trained:
             raise BertTasksError(
                 f"{key}= on the command line: the model was trained with its saved {key} (config.json's "
-                f"bert_tasks.{key}), which evaluate cannot change; give data laid out as the training data"
+                f"bert_tasks.{key}), which evaluate cannot change; drop it"
             )
         if key not in READER_KEYS and key not in policy_keys:
             raise BertTasksError(
@@ -126,15 +130,26 @@ def _check_keys(overrides: Sequence[str], task_options: Sequence[str], trained: 
     return [key for key in named if key in policy_keys]
 
 
-def _with_overrides(policy: ModelPolicy, cfg: Config, keys: Sequence[str]) -> ModelPolicy:
-    """The saved policy with the window/decoding values the user named; each change is said once."""
-    saved = {"max_length": policy.max_length, "stride": policy.stride, **policy.task_options}
-    chosen = {key: getattr(cfg, key) for key in keys}
-    for key, value in chosen.items():
-        if saved.get(key) != value:
+def _say_changes(saved: ModelPolicy, policy: ModelPolicy, keys: Sequence[str]) -> None:
+    """One INFO line per named window/decoding value that differs from the model's training."""
+    before, after = _policy_values(saved), _policy_values(policy)
+    for key in keys:
+        if before.get(key) != after[key]:
             logger.info(
-                "%s=%s differs from the model's training (%s): evaluating with it", key, value, saved.get(key)
+                "%s=%s differs from the model's training (%s): evaluating with it",
+                key,
+                after[key],
+                before.get(key),
             )
+
+
+def _policy_values(policy: ModelPolicy) -> dict[str, Any]:
+    return {"max_length": policy.max_length, "stride": policy.stride, **policy.task_options}
+
+
+def _with_overrides(policy: ModelPolicy, cfg: Config, keys: Sequence[str]) -> ModelPolicy:
+    """The saved policy with the window/decoding values the user named."""
+    chosen = {key: getattr(cfg, key) for key in keys}
     options = {key: chosen.get(key, value) for key, value in policy.task_options.items()}
     options |= {key: value for key, value in chosen.items() if key not in _WINDOW_KEYS}
     windows = {key: chosen[key] for key in _WINDOW_KEYS if key in chosen}

@@ -193,6 +193,11 @@ class Task(ABC):
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:  # noqa: B027
         """Refuse evaluation splits whose labels the training split never shows (nothing by default)."""
 
+    def unused_options(self, raw: Dataset) -> dict[str, str]:
+        """The options that change nothing on labelled data `raw`, each with why (`evaluate` refuses them
+        when given); none by default."""
+        return {}
+
     def profile_split(self, raw: Dataset) -> SplitProfile:
         """The task's view of one raw split for `debug data` (a task that gives none cannot be debugged)."""
         raise BertTasksError(

@@ -347,6 +347,8 @@ class NerTask(Task):
         "validation_file": str(_DEMO / "validation.conll"),
     }
     options = ("label_all_subtokens", "viterbi", "word_splitter", "document_context")
+    #: It only says which sub-tokens carry a training label: prediction reads each word's first piece.
+    trained_options = ("label_all_subtokens",)
     input_fields = ("text", "tokens")
     #: Words are encoded pre-split (`is_split_into_words`): byte-level BPE tokenizers (RoBERTa, GPT-2's)
     #: must then encode each word as running text does, after a space ("Ġword"), not as a text's first
@@ -408,6 +410,10 @@ class NerTask(Task):
                     f"{sources[split]}: entity type {unseen[0]!r} never occurs in the training data "
                     f"({sources['train']}); add training examples of it (or raise max_train_samples)"
                 )
+
+    def unused_options(self, raw: Dataset) -> dict[str, str]:
+        """`word_splitter` cuts texts into words: a file of tokens (CoNLL, JSONL tokens) has none to cut."""
+        return {} if "text" in raw.column_names else {"word_splitter": "gives its own tokens, no text to cut"}
 
     def profile_split(self, raw: Dataset) -> SplitProfile:
         """Each example is its words joined by spaces with its tags; the distribution counts entities per
