@@ -832,6 +832,7 @@ def _validate(cfg: Config) -> None:
             f"must be one of {', '.join(REPORT_TO_WORDS)}, or a comma list of {', '.join(TRACKERS)}",
         ),
         *_distill_checks(cfg),
+        *(_other_task_checks(cfg) if known else []),
     ]
     for key, ok, rule in checks:
         if not ok:
@@ -916,6 +917,21 @@ def _distill_checks(cfg: Config) -> list[tuple[str, bool, str]]:
             (key, getattr(cfg, key) == default, "is a key of bert-tasks distill; give a teacher, or drop it")
             for key, default in defaults.items()
         ]
+    return checks
+
+
+def _other_task_checks(cfg: Config) -> list[tuple[str, bool, str]]:
+    """A key that only another task reads (`Task.options`, `Task.reader_keys`) set away from its default:
+    refused, as distill's keys are without a teacher, instead of saved in recipe.yaml and ignored."""
+    own = {*task_class(cfg.task).options, *task_class(cfg.task).reader_keys}
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    checks = []
+    for name in task_names():
+        if name == cfg.task:
+            continue
+        theirs = [key for key in (*task_class(name).options, *task_class(name).reader_keys) if key not in own]
+        rule = f"is a key of the {name} task, which {cfg.task} does not read; drop it"
+        checks += [(key, getattr(cfg, key) == defaults[key], rule) for key in theirs]
     return checks
 
 

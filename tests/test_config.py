@@ -228,3 +228,32 @@ def test_bad_recipe_files(tmp_path: Path, text: str, match: str) -> None:
 def test_missing_recipe(tmp_path: Path) -> None:
     with pytest.raises(BertTasksError, match="recipe not found"):
         load_recipe(tmp_path / "nope.yaml", task="sentiment")
+
+
+@pytest.mark.parametrize(
+    ("task", "override", "owner"),
+    [
+        ("ner", "regression=true", "sentiment"),
+        ("ner", "text_pair_column=aspect", "sentiment"),
+        ("ner", "label_column=stars", "sentiment"),
+        ("ner", "header=false", "sentiment"),
+        ("sentiment", "viterbi=false", "ner"),
+        ("sentiment", "tag_column=labels", "ner"),
+        ("sentiment", "word_splitter=whitespace", "ner"),
+    ],
+)
+def test_a_key_only_the_other_task_reads_is_refused(task: str, override: str, owner: str) -> None:
+    """Saved in recipe.yaml and then ignored, it would claim a setting the run never had."""
+    key = override.partition("=")[0]
+    with pytest.raises(BertTasksError) as error:
+        load_recipe(None, [override], task=task)
+    assert str(error.value).startswith(f"bad config: {key}=")
+    assert f"is a key of the {owner} task, which {task} does not read; drop it" in str(error.value)
+    assert getattr(load_recipe(None, [override], task=owner), key) is not None  # its own task takes it
+
+
+def test_shared_keys_and_defaults_named_again_are_accepted_by_both_tasks() -> None:
+    for task in ("sentiment", "ner"):
+        load_recipe(
+            None, ["text_column=body", "label_names=[O,B-X,I-X]", "regression=false", "viterbi=true"], task
+        )

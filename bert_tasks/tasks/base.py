@@ -89,6 +89,9 @@ class Task(ABC):
     #: Config keys that change how this task encodes or decodes; saved with the model (policy) so
     #: prediction and evaluation rebuild the task exactly as it was trained.
     options: ClassVar[tuple[str, ...]] = ()
+    #: Config keys only this task's readers take (sentiment's label_column, NER's tag_column): with
+    #: `options`, the keys a run of another task refuses when set, instead of saving and ignoring them.
+    reader_keys: ClassVar[tuple[str, ...]] = ()
     #: The metric `metric_for_best` defaults to, and every scalar metric it may name (larger is better).
     default_metric: ClassVar[str]
     metric_names: ClassVar[tuple[str, ...]]

@@ -347,6 +347,7 @@ class NerTask(Task):
         "validation_file": str(_DEMO / "validation.conll"),
     }
     options = ("label_all_subtokens", "viterbi", "word_splitter", "document_context")
+    reader_keys = ("tokens_column", "tag_column", "conll_tag_index")
     #: It only says which sub-tokens carry a training label: prediction reads each word's first piece.
     trained_options = ("label_all_subtokens",)
     input_fields = ("text", "tokens")

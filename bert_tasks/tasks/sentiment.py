@@ -64,6 +64,7 @@ class SentimentTask(Task):
         "validation_file": str(_DEMO / "validation.jsonl"),
     }
     options = ("text_pair_column", "multi_label", "thresholds", "regression", "round_to", "ordinal")
+    reader_keys = ("label_column", "header")
     trained_options = ("text_pair_column", "multi_label", "regression")
     # Every shape's metrics, for the config's check; an instance narrows them to its own shape's.
     default_metric = "accuracy"
