@@ -479,17 +479,22 @@ def _utf16_offsets(text: str, said: Any, start: int, end: int) -> tuple[int, int
     return (first, last) if text[first:last] == said else None
 
 
+Span = tuple[int, int, str]
+
+
 def spans_to_tags(
-    offsets: list[tuple[int, int]], spans: list[tuple[int, int, str]]
-) -> tuple[list[str], list[tuple[int, int, str]]]:
-    """Tag words from sorted, non-overlapping character spans; return tags and the spans that cut a word.
+    offsets: list[tuple[int, int]], spans: list[Span]
+) -> tuple[list[str], list[Span], list[Span]]:
+    """Tag words from sorted, non-overlapping character spans; return the tags, the spans that cut a word
+    (tagged as whole words) and the spans left with no word to tag (dropped).
 
     A word touched by a span gets the span's label as a whole (a tokenizer-level tag cannot split it).
-    A word touched by two spans keeps the first one.
+    A word touched by two spans keeps the first one: the second, when that was its only word, is lost.
     """
     tags = ["O"] * len(offsets)
     ends = [we for _, we in offsets]
-    cutting: list[tuple[int, int, str]] = []
+    cutting: list[Span] = []
+    lost: list[Span] = []
     for start, end, label in spans:
         inside = []
         for i in range(bisect.bisect_right(ends, start), len(offsets)):
@@ -497,11 +502,13 @@ def spans_to_tags(
                 break
             if tags[i] == "O":
                 inside.append(i)
-        if any(offsets[i][0] < start or offsets[i][1] > end for i in inside) or not inside:
+        if not inside:
+            lost.append((start, end, label))
+        elif any(offsets[i][0] < start or offsets[i][1] > end for i in inside):
             cutting.append((start, end, label))
         for n, i in enumerate(inside):
             tags[i] = ("B-" if n == 0 else "I-") + label
-    return tags, cutting
+    return tags, cutting, lost
 
 
 def read_jsonl_spans(
@@ -547,11 +554,13 @@ def spans_dataset(
     """
     columns: dict[str, list] = {"tokens": [], "tags": [], "repaired_tags": [], "text": [], "word_offsets": []}
     cut_reports: list[str] = []
+    lost_reports: list[str] = []
     for where, text, raw_spans in examples:
         spans = _check_spans(where, text, raw_spans)
         words, offsets = words_with_offsets(text, splitter)
-        tags, cutting = spans_to_tags(offsets, spans)
+        tags, cutting, lost = spans_to_tags(offsets, spans)
         cut_reports += [f"{where} {text[s:e]!r}" for s, e, _ in cutting]
+        lost_reports += [f"{where} {text[s:e]!r} ({label})" for s, e, label in lost]
         columns["tokens"].append(words)
         columns["tags"].append(tags)
         columns["repaired_tags"].append(0)  # spans give valid BIO by construction
@@ -561,15 +570,26 @@ def spans_dataset(
         raise BertTasksError(f"{path}: no records found; give at least one annotated text")
     if cut_reports:
         logger.warning(
-            "%s: %d span(s) do not fall on word boundaries; whole words were tagged instead: %s%s",
+            "%s: %d span(s) do not fall on word boundaries; whole words were tagged instead: %s",
             path,
             len(cut_reports),
-            "; ".join(cut_reports[:5]),
-            " ..." if len(cut_reports) > 5 else "",
+            _first_five(cut_reports),
+        )
+    if lost_reports:
+        logger.warning(
+            "%s: %d span(s) tag no word of their own (their word holds an earlier span, or they cover no "
+            "word) and were dropped: %s; a word_splitter that splits them apart keeps them",
+            path,
+            len(lost_reports),
+            _first_five(lost_reports),
         )
     from datasets import Dataset
 
     return Dataset.from_dict(columns)
+
+
+def _first_five(reports: list[str]) -> str:
+    return "; ".join(reports[:5]) + (" ..." if len(reports) > 5 else "")
 
 
 def read_hub_ner(

@@ -203,6 +203,21 @@ def test_jsonl_spans_words_tags_offsets_and_cut_word_warning(caplog):
     assert f"{FIXTURES / 'ner_spans.jsonl'}:3 'kalemia'" in record.getMessage()
 
 
+def test_a_span_sharing_its_only_word_with_another_is_reported_as_dropped(tmp_path, caplog):
+    """HER2 and neu in one word: the word can carry one tag, so the warning names the span that is lost."""
+    spans = [{"start": 0, "end": 4, "label": "Gene"}, {"start": 4, "end": 7, "label": "Protein"}]
+    path = write(tmp_path, "two.jsonl", json.dumps({"text": "HER2neu rises", "spans": spans}) + "\n")
+    with caplog.at_level(logging.WARNING):
+        data = read_jsonl_spans(path)
+    assert data[0]["tags"] == ["B-Gene", "O"]
+    cut, lost = (record.getMessage() for record in caplog.records)
+    assert cut.endswith(f"whole words were tagged instead: {path}:1 'HER2'")
+    assert lost.startswith(f"{path}: 1 span(s) tag no word of their own")
+    assert lost.endswith(
+        f"were dropped: {path}:1 'neu' (Protein); a word_splitter that splits them apart keeps them"
+    )
+
+
 def test_jsonl_spans_overlap_is_an_error(tmp_path):
     line = '{"text": "renal failure", "spans": [{"start": 0, "end": 13, "label": "Disease"}, '
     line += '{"start": 6, "end": 13, "label": "Disease"}]}\n'
