@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -353,14 +353,20 @@ def _conll_line(at: str, line: str, tag_index: int) -> list[str] | None:
 
 
 def _tokens_and_tags(
-    where: str, record: dict[str, Any], tokens_column: str, tag_column: str
+    where: str, record: dict[str, Any], tokens_column: str, tag_column: str, tag_names: Sequence[str] | None
 ) -> tuple[list[str], list[str]]:
+    """One record's words and tags; integer tags (a datasets export's `ner_tags`) are ids into
+    `tag_names` (the config's label_names, in id order)."""
     tokens, tags = record.get(tokens_column), record.get(tag_column)
+    ids = isinstance(tags, list) and bool(tags) and all(_is_tag_id(t) for t in tags)
+    if ids and tag_names is not None:
+        tags = _named_tags(where, tags, tag_names, tag_column)
     for name, value in ((tokens_column, tokens), (tag_column, tags)):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            todo = "name integer tag ids with label_names=[O,B-X,I-X,...] in id order" if ids else ""
             raise BertTasksError(
-                f"{where}: field {name!r} must be a list of strings; fix the record or set "
-                "tokens_column/tag_column"
+                f"{where}: field {name!r} must be a list of strings; "
+                f"{todo or 'fix the record or set tokens_column/tag_column'}"
             )
     if len(tokens) != len(tags):
         raise BertTasksError(f"{where}: {len(tokens)} tokens but {len(tags)} tags; give one tag per token")
@@ -378,21 +384,39 @@ def _tokens_and_tags(
     return tokens, tags
 
 
-def read_jsonl_tokens(path: str | Path, tokens_column: str = "tokens", tag_column: str = "tags") -> Dataset:
-    """Read JSON Lines records holding pre-split tokens and one BIO tag per token."""
+def _is_tag_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _named_tags(where: str, ids: list[int], names: Sequence[str], column: str) -> list[str]:
+    outside = next((i for i in ids if not 0 <= i < len(names)), None)
+    if outside is not None:
+        raise BertTasksError(
+            f"{where}: tag id {outside} in {column!r} is not an index of label_names (0 to "
+            f"{len(names) - 1}); fix the record, or give label_names every tag in id order"
+        )
+    return [names[i] for i in ids]
+
+
+def read_jsonl_tokens(
+    path: str | Path,
+    tokens_column: str = "tokens",
+    tag_column: str = "tags",
+    tag_names: Sequence[str] | None = None,
+) -> Dataset:
+    """Read JSON Lines records holding pre-split tokens and one BIO tag (or tag id into `tag_names`) per
+    token."""
     path = Path(path)
-    return _jsonl_tokens_dataset(path, read_utf8(path), tokens_column, tag_column)
+    return _tokens_dataset(path, json_records(path, read_utf8(path)), tokens_column, tag_column, tag_names)
 
 
-def _jsonl_tokens_dataset(path: Path, text: str, tokens_column: str, tag_column: str) -> Dataset:
-    return _tokens_dataset(path, json_records(path, text), tokens_column, tag_column)
-
-
-def _tokens_dataset(source: str | Path, records: Records, tokens_column: str, tag_column: str) -> Dataset:
+def _tokens_dataset(
+    source: str | Path, records: Records, tokens_column: str, tag_column: str, tag_names: Sequence[str] | None
+) -> Dataset:
     repairs = _RepairLog(source)
     tokens, tags, repaired_tags = [], [], []
     for where, record in records:
-        words, word_tags = _tokens_and_tags(where, record, tokens_column, tag_column)
+        words, word_tags = _tokens_and_tags(where, record, tokens_column, tag_column, tag_names)
         fixed, repaired = repairs.to_bio(word_tags, [where] * len(word_tags))
         tokens.append(words)
         tags.append(fixed)
@@ -634,7 +658,9 @@ def read_ner_file(path: str | Path, cfg: Config, splitter: WordSplitter | None =
     if fmt == "json":
         fmt = _format_of_record(path, text, cfg)
     if fmt == "jsonl-tokens":
-        return _jsonl_tokens_dataset(path, text, cfg.tokens_column, cfg.tag_column)
+        return _tokens_dataset(
+            path, json_records(path, text), cfg.tokens_column, cfg.tag_column, cfg.label_names
+        )
     if fmt == "jsonl-spans":
         return spans_dataset(path, _jsonl_span_examples(path, text, cfg.text_column), splitter)
     from bert_tasks.data import annotation_tools  # the two tools' formats: only their files need them
@@ -657,7 +683,7 @@ def read_ner_records(
     rows = itertools.chain([first], records)
     fields = first[1]
     if cfg.tokens_column in fields:
-        return _tokens_dataset(source, rows, cfg.tokens_column, cfg.tag_column)
+        return _tokens_dataset(source, rows, cfg.tokens_column, cfg.tag_column, cfg.label_names)
     if cfg.text_column in fields and "spans" in fields:
         return spans_dataset(source, _span_examples(rows, cfg.text_column), splitter)
     raise BertTasksError(

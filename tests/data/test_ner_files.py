@@ -266,3 +266,21 @@ def test_read_ner_file_dispatch(tmp_path):
         read_ner_file(wrong, cfg)
     with pytest.raises(BertTasksError, match=r"unknown NER file type '\.csv'"):
         read_ner_file(write(tmp_path, "x.csv", "a,b\n"), cfg)
+
+
+def test_integer_tags_are_ids_into_label_names(tmp_path):
+    """A datasets export writes `ner_tags` as ids: label_names (id order) names them, as for sentiment."""
+    path = write(tmp_path, "ids.jsonl", '{"tokens": ["Aspirin", "helps"], "tags": [1, 0]}\n')
+    cfg = Config(task="ner", label_names=["O", "B-Chemical", "I-Chemical"])
+    assert read_ner_file(path, cfg)["tags"] == [["B-Chemical", "O"]]
+    with pytest.raises(BertTasksError) as error:
+        read_ner_file(path, Config(task="ner"))
+    assert str(error.value) == (
+        f"{path}:1: field 'tags' must be a list of strings; name integer tag ids with "
+        "label_names=[O,B-X,I-X,...] in id order"
+    )
+    outside = write(tmp_path, "outside.jsonl", '{"tokens": ["Aspirin"], "tags": [3]}\n')
+    with pytest.raises(
+        BertTasksError, match=rf"{outside}:1: tag id 3 in 'tags' is not an index of label_names"
+    ):
+        read_ner_file(outside, cfg)
