@@ -116,47 +116,39 @@ def doccano_examples(path: Path, raw: str, text_field: str) -> Iterator[SpanExam
     """(where, text, spans) of each record of a doccano sequence-labelling JSONL export."""
     for where, record in json_records(path, raw):
         text = span_text(where, record.get(text_field), text_field)
-        if "entities" in record:
-            entities = _doccano_list(
-                where, record, "entities", "objects with start_offset, end_offset, label"
-            )
-            yield where, text, [_doccano_entity(where, n, e) for n, e in enumerate(entities, 1)]
-            continue
-        key = "label" if "label" in record else "labels"
-        triples = _doccano_list(where, record, key, '[start, end, "TYPE"] triples') if key in record else []
-        yield where, text, [_doccano_triple(where, n, t) for n, t in enumerate(triples, 1)]
+        key = next((k for k in ("entities", "label", "labels") if k in record), None)
+        items = _doccano_list(where, record, key) if key is not None else []
+        yield where, text, [_doccano_span(where, key, n, item) for n, item in enumerate(items, 1)]
 
 
-def _doccano_list(where: str, record: dict[str, Any], key: str, items: str) -> list[Any]:
+def _doccano_list(where: str, record: dict[str, Any], key: str) -> list[Any]:
     """The record's span list; `null` or another value is one line (an empty list means no entity)."""
     spans = record[key]
     if not isinstance(spans, list):
         raise BertTasksError(
-            f"{where}: doccano {key!r} is {describe(spans)}, not a list of {items}; write [] for a text "
+            f"{where}: doccano {key!r} is {describe(spans)}, not a list of spans; write [] for a text "
             "without entities"
         )
     return spans
 
 
-def _doccano_triple(where: str, number: int, triple: Any) -> dict[str, Any]:
-    if not (isinstance(triple, list) and len(triple) == 3):
-        raise BertTasksError(
-            f'{where}: doccano label {number} is {describe(triple)}, not [start, end, "TYPE"]; fix the record'
-        )
-    return {"start": triple[0], "end": triple[1], "label": triple[2]}
-
-
-def _doccano_entity(where: str, number: int, entity: Any) -> dict[str, Any]:
-    if not isinstance(entity, dict):
-        raise BertTasksError(
-            f"{where}: doccano entity {number} is {describe(entity)}, not an object with start_offset, "
-            "end_offset and label; fix the record"
-        )
-    return {
-        "start": entity.get("start_offset"),
-        "end": entity.get("end_offset"),
-        "label": entity.get("label"),
-    }
+def _doccano_span(where: str, key: str | None, number: int, item: Any) -> dict[str, Any]:
+    """One span in any shape the JSONL annotation exports write it: doccano's `[start, end, "TYPE"]`
+    (also spaCy's) or `{"start_offset", "end_offset", "label"}`, or `{"start", "end", "label"}` /
+    `{"start", "end", "labels": ["TYPE"]}` (Label Studio's JSON-MIN export)."""
+    if isinstance(item, list) and len(item) == 3:
+        return {"start": item[0], "end": item[1], "label": item[2]}
+    if isinstance(item, dict) and "start_offset" in item:
+        return {"start": item["start_offset"], "end": item.get("end_offset"), "label": item.get("label")}
+    if isinstance(item, dict) and "start" in item:
+        labels = item.get("labels")
+        label = labels[0] if isinstance(labels, list) and len(labels) == 1 else item.get("label", labels)
+        span = {"start": item["start"], "end": item.get("end"), "label": label}
+        return span | ({"text": item["text"]} if "text" in item else {})  # checked against the offsets
+    raise BertTasksError(
+        f'{where}: doccano {key!r} item {number} is {describe(item)}, not [start, end, "TYPE"] or an object '
+        "with start_offset, end_offset and label (or start, end and label); fix the record"
+    )
 
 
 def label_studio_tasks(

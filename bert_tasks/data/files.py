@@ -158,6 +158,7 @@ def decode_utf8(data: bytes, source: str) -> str:
 def json_records(path: str | Path, text: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield (`file:line`, or `file: record N` for a JSON array, object) from JSON Lines or a JSON array."""
     if text.lstrip().startswith("["):
+        _refuse_pair_lines(path, text)
         try:
             records = json.loads(text)
         except json.JSONDecodeError as e:
@@ -360,8 +361,42 @@ def _json_line(where: str, line: str) -> dict[str, Any]:
 
 
 def _object(where: str, record: Any) -> tuple[str, dict[str, Any]]:
+    if _is_pair(record):
+        raise _pair_error(where)
     if not isinstance(record, dict):
         raise BertTasksError(
             f"{where}: expected a JSON object, found {type(record).__name__}; fix the record"
         )
     return where, record
+
+
+#: spaCy's training data: `["text", {"entities": [[start, end, "TYPE"]]}]` (or `{"cats": ...}`).
+_PAIR_FIX = (
+    'write one JSON object per line instead: {"text": ..., "entities": [[start, end, "TYPE"], ...]} '
+    '(NER) or {"text": ..., "label": ...} (sentiment)'
+)
+
+
+def _is_pair(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], dict)
+    )
+
+
+def _pair_error(where: str) -> BertTasksError:
+    return BertTasksError(f"{where}: a [text, annotations] pair (spaCy's training format); {_PAIR_FIX}")
+
+
+def _refuse_pair_lines(path: str | Path, text: str) -> None:
+    """A file of one `[text, annotations]` pair per line would parse as one array of texts and objects:
+    say what it is instead of "expected a JSON object, found str"."""
+    number, line = next((n, line) for n, line in numbered_lines(text) if not is_blank(line))
+    try:
+        first = json.loads(line)
+    except (ValueError, RecursionError):
+        return  # a pretty-printed array: its records are checked one by one (`_object`)
+    if _is_pair(first):
+        raise _pair_error(f"{path}:{number}")

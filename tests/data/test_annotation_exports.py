@@ -76,6 +76,40 @@ def test_label_studio_and_doccano_give_the_examples_the_jsonl_spans_reader_gives
         assert data[:2] == spans[:2], path
 
 
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"text": "No rash", "entities": [[3, 7, "Disease"]]},  # spaCy's entity triples
+        {"text": "No rash", "entities": [{"start": 3, "end": 7, "label": "Disease"}]},
+        {"text": "No rash", "label": [{"start": 3, "end": 7, "text": "rash", "labels": ["Disease"]}]},
+    ],
+    ids=["entity-triples", "start-end-objects", "label-studio-json-min"],
+)
+def test_the_other_span_shapes_of_jsonl_exports_are_read(tmp_path: Path, record: dict) -> None:
+    """Label Studio's JSON-MIN export and spaCy-style triples: the same tags as doccano's own shape."""
+    path = write_file(tmp_path, "export.jsonl", json.dumps(record) + "\n")
+    assert read(path)["tags"] == [["O", "B-Disease"]]
+
+
+def test_a_json_min_span_whose_text_is_not_at_its_offsets_is_refused(tmp_path: Path) -> None:
+    record = {"text": "No rash", "label": [{"start": 3, "end": 7, "text": "itch", "labels": ["Disease"]}]}
+    path = write_file(tmp_path, "export.jsonl", json.dumps(record) + "\n")
+    assert "'itch'" in refusal(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        ('["No rash", {"entities": [[3, 7, "Disease"]]}]\n["Fine", {"entities": []}]\n', "{path}:1"),
+        ('[\n  ["No rash", {"entities": [[3, 7, "Disease"]]}]\n]\n', "{path}: record 1"),
+    ],
+    ids=["one-pair-per-line", "an-array-of-pairs"],
+)
+def test_spacy_training_pairs_are_named_as_such(tmp_path: Path, content: str, where: str) -> None:
+    path = write_file(tmp_path, "train.json", content)
+    assert refusal(path).startswith(where.format(path=path) + ": a [text, annotations] pair (spaCy's")
+
+
 def test_doccano_with_relations_reads_its_entities() -> None:
     data = read(FIXTURES / "ner_doccano_entities.jsonl")
     assert data["tags"] == [CISPLATIN, ["O"] * 4]
@@ -184,7 +218,8 @@ def test_the_label_studio_text_field_follows_text_column(tmp_path: Path) -> None
     [
         (
             '{"text": "No rash", "label": [[3, 7]]}',
-            '{path}:1: doccano label 1 is a list ([3, 7]), not [start, end, "TYPE"]; fix the record',
+            "{path}:1: doccano 'label' item 1 is a list ([3, 7]), not [start, end, \"TYPE\"] or an object "
+            "with start_offset, end_offset and label (or start, end and label); fix the record",
         ),
         (
             '{"text": "No rash", "label": [[3, 70, "Disease"]]}',
@@ -197,13 +232,11 @@ def test_the_label_studio_text_field_follows_text_column(tmp_path: Path) -> None
         ),
         (
             '{"text": "No rash", "entities": null}',
-            "{path}:1: doccano 'entities' is null, not a list of objects with start_offset, end_offset, "
-            "label; write [] for a text without entities",
+            "{path}:1: doccano 'entities' is null, not a list of spans; write [] for a text without entities",
         ),
         (
             '{"text": "No rash", "label": [[3, 7, "Disease"]]}\n{"text": "Fine", "label": null}',
-            "{path}:2: doccano 'label' is null, not a list of [start, end, \"TYPE\"] triples; write [] "
-            "for a text without entities",
+            "{path}:2: doccano 'label' is null, not a list of spans; write [] for a text without entities",
         ),
         (
             '{"text": "No rash", "spans": [], "label": []}',
