@@ -106,7 +106,7 @@ def token_input(where: str, record: dict[str, Any]) -> TokenInput:
     text = check_text_record(where, record)["text"]
     offsets, cursor = [], 0
     for number, token in enumerate(tokens, start=1):
-        start = text.find(token, cursor)
+        start = _find_token(text, token, cursor)
         if start < 0:
             after = f"after token {number - 1} (character {cursor})" if number > 1 else ""
             raise BertTasksError(
@@ -116,6 +116,25 @@ def token_input(where: str, record: dict[str, Any]) -> TokenInput:
         offsets.append((start, start + len(token)))
         cursor = start + len(token)
     return list(tokens), text, offsets
+
+
+#: How many places of a token after the previous one `_find_token` weighs: a bound, so a long text
+#: whose token only occurs inside other words costs no scan of the whole rest per token.
+_TOKEN_PLACES = 16
+
+
+def _find_token(text: str, token: str, cursor: int) -> int:
+    """Where `token` lies in `text` at or after `cursor`, -1 if nowhere: the first place that starts a
+    word (right at the cursor, or after a character that is no letter or digit), so "ab" in "xab ab" is
+    the second; else the first place at all (a text that glues tokens in ways the tokens do not show)."""
+    first = start = text.find(token, cursor)
+    for _ in range(_TOKEN_PLACES):
+        if start < 0:
+            break
+        if start == cursor or not text[start - 1].isalnum() or not token[0].isalnum():
+            return start
+        start = text.find(token, start + 1)
+    return first
 
 
 def inputs_to_columns(

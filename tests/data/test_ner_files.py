@@ -15,6 +15,7 @@ from bert_tasks.data.ner_files import (
     read_jsonl_tokens,
     read_ner_file,
     repair_bio,
+    token_input,
     words_with_offsets,
 )
 from bert_tasks.errors import BertTasksError
@@ -284,3 +285,17 @@ def test_integer_tags_are_ids_into_label_names(tmp_path):
         BertTasksError, match=rf"{outside}:1: tag id 3 in 'tags' is not an index of label_names"
     ):
         read_ner_file(outside, cfg)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "text", "offsets"),
+    [
+        (["ab"], "xab ab", [(4, 6)]),  # the place that starts a word, not the first substring
+        (["x", "ab"], "xab ab", [(0, 1), (1, 3)]),  # glued to the previous token: right at the cursor
+        (["ab"], "xab", [(1, 3)]),  # inside a word only: the first place
+        (["New", "York", "-", "based"], "New York-based", [(0, 3), (4, 8), (8, 9), (9, 14)]),
+        (["Dr", "Smith"], "Dr. Smith", [(0, 2), (4, 9)]),
+    ],
+)
+def test_a_token_is_found_where_it_starts_a_word(tokens, text, offsets):
+    assert token_input("record 1", {"tokens": tokens, "text": text}) == (tokens, text, offsets)
