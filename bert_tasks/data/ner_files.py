@@ -398,9 +398,17 @@ def _tokens_and_tags(
         check_text(token, where, f"token {number} in {tokens_column!r}")
     for number, tag in enumerate(tags, start=1):
         check_text(tag, where, f"tag {number} in {tag_column!r}")
+        if tag != tag.strip():
+            raise _spaced_tag(where, f"tag {number} {tag!r} in {tag_column!r}", tag)
     for tag in tags:
         check_tag(tag, where)
     return tokens, tags
+
+
+def _spaced_tag(where: str, what: str, tag: str) -> BertTasksError:
+    """A tag or label with spaces around it would be an entity type of its own ('Disease ' besides
+    'Disease'), scored apart from the rest."""
+    return BertTasksError(f"{where}: {what} has spaces around it; write it as {tag.strip()!r}")
 
 
 def _is_tag_id(value: Any) -> bool:
@@ -500,6 +508,8 @@ def _check_span(where: str, number: int, text: str, span: Any) -> tuple[int, int
             f"{where}: span [{start}, {end}) covers {text[start:end]!r} but says its text is {claimed}; "
             "fix the offsets or the span's text"
         )
+    if isinstance(label, str) and label.strip() and label != label.strip():
+        raise _spaced_tag(where, f"span label {label!r}", label)
     if not isinstance(label, str) or not label or label.startswith(("B-", "I-")) or label == "O":
         raise BertTasksError(
             f"{where}: span label {label!r} must be an entity type such as 'Disease' (no B-/I- prefix)"

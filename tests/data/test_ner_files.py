@@ -299,3 +299,23 @@ def test_integer_tags_are_ids_into_label_names(tmp_path):
 )
 def test_a_token_is_found_where_it_starts_a_word(tokens, text, offsets):
     assert token_input("record 1", {"tokens": tokens, "text": text}) == (tokens, text, offsets)
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        (
+            {"tokens": ["rash"], "tags": ["B-Disease "]},
+            "tag 1 'B-Disease ' in 'tags' has spaces around it; write it as 'B-Disease'",
+        ),
+        (
+            {"text": "rash", "spans": [{"start": 0, "end": 4, "label": " Disease"}]},
+            "span label ' Disease' has spaces around it; write it as 'Disease'",
+        ),
+    ],
+)
+def test_a_tag_with_spaces_around_it_is_refused_not_a_type_of_its_own(tmp_path, record, expected):
+    path = write(tmp_path, "spaced.jsonl", json.dumps(record) + "\n")
+    with pytest.raises(BertTasksError) as error:
+        read_ner_file(path, Config(task="ner"))
+    assert str(error.value) == f"{path}:1: {expected}"
