@@ -377,6 +377,9 @@ _PAIR_FIX = (
 )
 
 
+_OPENS_WITH_STRING = re.compile(r'\s*\[\s*"')
+
+
 def _is_pair(value: Any) -> bool:
     return (
         isinstance(value, list)
@@ -394,6 +397,8 @@ def _refuse_pair_lines(path: str | Path, text: str) -> None:
     """A file of one `[text, annotations]` pair per line would parse as one array of texts and objects:
     say what it is instead of "expected a JSON object, found str"."""
     number, line = next((n, line) for n, line in numbered_lines(text) if not is_blank(line))
+    if not _OPENS_WITH_STRING.match(line):
+        return  # an array of records opens with an object: not parsed twice
     try:
         first = json.loads(line)
     except (ValueError, RecursionError):
