@@ -343,12 +343,14 @@ def _open_quote(where: str) -> str:
 def _check_quotes_closed(path: Path, line: int, fields: list[str], delimiter: str) -> None:
     """Refuse a quoted field that swallowed the rows after it (its quote was never closed, or closed late).
 
-    The sign: the field spans lines, and a line after its first holds the delimiter, i.e. looks like a
-    row of its own. A multi-line field without delimiters on its later lines is legitimate CSV.
+    The sign: the field spans lines, and a whole line inside it (neither its first nor its last, which a
+    quote opens or closes) holds the delimiter, i.e. looks like a row of its own. A multi-line field
+    without delimiters on such lines is legitimate CSV ("I love it\nreally, truly" has its comma on the
+    last line, where the quote closes).
     """
     for field in fields:
         later_lines = _LINE_BREAK.split(field)[1:]
-        if any(delimiter in part for part in later_lines):
+        if any(delimiter in part for part in later_lines[:-1]):
             raise BertTasksError(_open_quote(f"{path}:{line}"))
         line += len(later_lines)
 

@@ -332,6 +332,7 @@ def test_forty_rows_with_an_open_quote_are_not_read_as_thirty(tmp_path: Path) ->
         ),
         ('text,label\n"one\ntwo\n\nthree",pos\n', ["one\ntwo\n\nthree"]),
         ('text,label\n"She said ""hi""\nand left",pos\n', ['She said "hi"\nand left']),
+        ('text,label\n"I love it\nreally, ""truly""",pos\n', ['I love it\nreally, "truly"']),
         ('text,label\n"a; b\nc\td",pos\n', ["a; b\nc\td"]),
     ],
 )
