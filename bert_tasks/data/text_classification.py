@@ -249,7 +249,14 @@ def _header_rows(path: Path, content: str, delimiter: str, wanted: Names) -> tup
             f"{path}:{line}: header has columns {', '.join(map(shown, header))}, expected {expected}; "
             f"set {_settings(pair_column)} to match the file (or header=false if it has no header row)"
         )
-    at = [header.index(name) for name in (*names, pair_column) if name is not None]
+    read = [name for name in (*names, pair_column) if name is not None]
+    twice = next((name for name in read if header.count(name) > 1), None)
+    if twice is not None:  # which of them to read would be a guess
+        raise BertTasksError(
+            f"{path}:{line}: the header names column {twice!r} {header.count(twice)} times; rename all "
+            "but one of them, or set text_column/label_column to another column"
+        )
+    at = [header.index(name) for name in read]
 
     def rows() -> Iterator[Row]:
         for start, fields in lines:

@@ -414,3 +414,14 @@ def test_json_that_json_loads_cannot_hold_is_one_line(tmp_path: Path, value: str
     assert refusal(sentiment, data) == f"{data}:2: {reason}; write one JSON object per line"
     texts = write(tmp_path, "t.jsonl", '{"text": "ok"}\n{"text": ' + value + "}\n")
     assert refusal(read_texts, str(texts)) == f"{texts}:2: {reason}; {JSONL_FIX}"
+
+
+def test_a_column_the_reader_takes_named_twice_in_the_header_is_refused(tmp_path: Path) -> None:
+    """`text,label,label` with opposite labels: reading either would be a silent guess."""
+    path = write(tmp_path, "dup.csv", "text,label,label\nGreat,pos,neg\n")
+    assert refusal(sentiment, path) == (
+        f"{path}:1: the header names column 'label' 2 times; rename all but one of them, or set "
+        "text_column/label_column to another column"
+    )
+    other = write(tmp_path, "note.csv", "text,label,note,note\nGreat,pos,a,b\n")  # unread columns may repeat
+    assert sentiment(other)["label"] == ["pos"]
