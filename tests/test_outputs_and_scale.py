@@ -30,6 +30,7 @@ import torch
 from transformers import AutoTokenizer, BertForSequenceClassification, BertModel
 
 from bert_tasks.cli import main
+from bert_tasks.inference.evaluate import EVALUATE_MARK
 from bert_tasks.insight.memory import available_bytes, measurement_bytes
 from bert_tasks.insight.plots import CONFUSION_PLOT_CLASSES, MAX_SIDE_PIXELS, plot_confusion_matrix
 from bert_tasks.model_dir import POLICY_KEY, ModelPolicy
@@ -201,7 +202,11 @@ def test_cli_report_of_many_classes_points_to_metrics_json(
     assert "too many to print" in printed and "'confusion_matrix' in the metrics.json" in printed
     assert "confusion matrix (rows: gold, columns: predicted)" not in printed
     assert len(printed.splitlines()) < NUM_CLASSES + 10
-    assert sorted(path.name for path in out.iterdir()) == ["confusion_matrix.png", "metrics.json"]
+    assert sorted(path.name for path in out.iterdir()) == [
+        EVALUATE_MARK,
+        "confusion_matrix.png",
+        "metrics.json",
+    ]
     assert max(png_size(out / "confusion_matrix.png")) <= MAX_SIDE_PIXELS
 
 
@@ -490,8 +495,10 @@ def test_read_only_and_full_disks_are_one_line_for_every_command(
     assert "cannot write files there (Read-only file system)" in (tmp_path / "attention-ro.err").read_text()
     assert "could not write there (No space left on device)" in (tmp_path / "export-full.err").read_text()
     # What the mounts hold (listed inside the namespace): the failed export left nothing half-written,
-    # the failed evaluate its whole metrics.json and no partial PNG.
-    assert listings == {"ro:": [], "full:": ["report"], "report:": ["metrics.json"]}, result.stdout
+    # the failed evaluate its mark, its whole metrics.json and no partial PNG.
+    assert listings == {"ro:": [], "full:": ["report"], "report:": [f"{EVALUATE_MARK} metrics.json"]}, (
+        result.stdout
+    )
 
 
 # 4. A closed or full standard output.
