@@ -69,7 +69,9 @@ def train(cfg: Config, data: Any = None) -> Path:
                 "eval_at_start=true: no validation split to score the model on before training; give "
                 "validation_file= (or validation_split=), or drop eval_at_start"
             )
-        labels = task.label_names(raw["train"], cfg)  # bad label_names fail before anything is inferred
+        if cfg.label_names is not None or isinstance(cfg.class_weights, list):
+            # Given names are checked before anything is inferred (and logged); the run derives its own.
+            labels = task.label_names(raw["train"], cfg)
         inferred = task.infer_options(raw["train"], cfg)
         if inferred:  # saved in recipe.yaml and the model's policy like options the user gave
             cfg = replace(cfg, **inferred)
