@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move the objects that collection imported (torch, transformers, every test module) out of the
+    cyclic collector's sight: accelerate's `free_memory` runs a full `gc.collect` at the end of every
+    training run, and each one walked them all again (19 s of a 100 s fast suite, measured)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
