@@ -854,8 +854,9 @@ def _shape_checks(cfg: Config) -> list[tuple[str, bool, str]]:
         ("round_to", cfg.round_to is None or regression, "rounds regression values; set regression=true"),
         (
             "round_to",
-            cfg.round_to is None or (len(cfg.round_to) >= 2 and _distinct(cfg.round_to)),
-            "must be two or more distinct values, e.g. [1,2,3,4,5]",
+            cfg.round_to is None
+            or (len(cfg.round_to) >= 2 and _distinct(cfg.round_to) and all(map(math.isfinite, cfg.round_to))),
+            "must be two or more distinct finite values, e.g. [1,2,3,4,5]",
         ),
         ("ordinal", not cfg.ordinal or regression, "rounds regression values; set regression=true"),
         ("ordinal", not (cfg.ordinal and cfg.round_to), "but round_to is given too; give one of them"),

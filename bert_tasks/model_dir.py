@@ -245,6 +245,17 @@ def check_positions(max_length: int, positions: Any, name: str | Path) -> None:
         )
 
 
+def check_dir_positions(max_length: int, model: str | Path) -> None:
+    """`check_positions` against a local model dir's config.json, before torch loads; a hub id, or a dir
+    without a readable config.json, is left to the loader (and checked once the model is loaded)."""
+    try:
+        fields = json.loads((Path(model).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(fields, dict):
+        check_positions(max_length, fields.get("max_position_embeddings"), model)
+
+
 def _mistyped_path(text: str) -> bool:
     parent_exists = text.count("/") == 1 and Path(text).expanduser().parent.is_dir()
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or parent_exists
@@ -274,7 +285,12 @@ def local_model_dir(name: str | Path) -> Path:
     if path.is_dir():
         return path
     text = str(name)
-    if path.exists() or "/" not in text or _mistyped_path(text) or not text.strip():
+    if path.exists():
+        raise BertTasksError(
+            f"model dir {text}: is a file, not a directory; pass the dir written by `bert-tasks finetune` "
+            "(the one that holds config.json)"
+        )
+    if "/" not in text or _mistyped_path(text) or not text.strip():
         raise BertTasksError(
             f"model dir {text}: no such directory; pass a dir written by `bert-tasks finetune`"
         )

@@ -101,6 +101,10 @@ def test_a_missing_dir_is_named_as_missing_not_sent_to_the_hub(tmp_path: Path) -
         read_policy(tmp_path / "nope")
     with pytest.raises(BertTasksError, match="model dir runs/nope/x: no such directory"):
         read_policy("runs/nope/x")
+    data = tmp_path / "validation.jsonl"  # --model given the data file by mistake
+    data.write_text('{"text": "a", "label": "positive"}\n', encoding="utf-8")
+    with pytest.raises(BertTasksError, match=f"^model dir {data}: is a file, not a directory; pass the dir"):
+        read_policy(data)
 
 
 def test_the_wrong_task_is_named(sentiment_run: Path) -> None:

@@ -22,7 +22,7 @@ from bert_tasks.inference.predictor import Predictor, SentimentClassifier
 from bert_tasks.model_dir import load_finetuned, read_policy
 from bert_tasks.tasks.sentiment_shapes import tune_thresholds
 from bert_tasks.training import train
-from tests.helpers import cli_error_line, one_thread, tiny_config
+from tests.helpers import cli_error_line, one_thread, tiny_config, write_jsonl
 
 DEMO = Path(__file__).resolve().parents[1] / "bert_tasks" / "resources" / "demo"
 REVIEW = "The battery lasts all day but the screen is dim."
@@ -341,6 +341,68 @@ def test_evaluate_reports_each_shapes_scores(
     assert "multi_label= on the command line: the model was trained with its saved multi_label" in line
     line = cli_error_line([*argv, "--out", str(tmp_path / "y"), "round_to=[1,2]"], capsys)
     assert "round_to= on the command line is not an evaluate setting" in line  # a multi-label model has none
+
+
+@pytest.mark.parametrize(
+    ("shape", "setting", "message"),
+    [
+        ("multilabel", "thresholds=[0.1,0.2]", "thresholds has 2 value(s) but the model has 5 labels"),
+        ("regression", "round_to=[nan,1]", "round_to=[nan, 1.0], must be two or more distinct finite values"),
+        ("regression", "round_to=[1,inf]", "must be two or more distinct finite values"),
+        ("pairs", "max_length=512", "max_length=512: model {model} has only 128 position embeddings"),
+    ],
+)
+def test_an_evaluate_setting_the_model_cannot_take_is_one_line_before_it_loads(
+    runs: dict[str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    shape: str,
+    setting: str,
+    message: str,
+) -> None:
+    """Each used to be a traceback at the first batch, or (nan) a report with NaN in its JSON."""
+    out = tmp_path / "out"
+    data = str(DEMO / shape / "validation.jsonl")
+    argv = ["evaluate", "sentiment", "--model", str(runs[shape]), "--data", data, "--out", str(out), setting]
+    assert message.format(model=runs[shape]) in cli_error_line(argv, capsys)
+    assert not out.exists()
+
+
+def test_evaluate_into_its_own_dir_again_drops_the_plots_the_new_report_has_not(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A pair model's confusion matrix, then a regression model's report (no plot) into the same dir."""
+    out = tmp_path / "report"
+    for shape, plots in (
+        ("pairs", ["confusion_matrix.png"]),
+        ("regression", []),
+        ("multilabel", ["label_scores.png"]),
+    ):
+        data = str(DEMO / shape / "validation.jsonl")
+        assert (
+            main(["evaluate", "sentiment", "--model", str(runs[shape]), "--data", data, "--out", str(out)])
+            == 0
+        )
+        assert sorted(path.name for path in out.glob("*.png")) == plots, shape
+    (out / "mine.png").write_bytes(b"\x89PNG the user's own")
+    data = str(DEMO / "regression" / "validation.jsonl")
+    assert (
+        main(["evaluate", "sentiment", "--model", str(runs["regression"]), "--data", data, "--out", str(out)])
+        == 0
+    )
+    assert sorted(path.name for path in out.iterdir()) == [".bert-tasks-evaluate", "metrics.json", "mine.png"]
+
+
+def test_a_label_the_model_does_not_know_names_its_first_example(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [{"text": f"text {n}", "aspect": "screen", "label": "positive"} for n in range(40)]
+    rows[26]["label"] = "mixed"
+    data = write_jsonl(tmp_path / "unseen.jsonl", rows)
+    line = cli_error_line(
+        ["evaluate", "sentiment", "--model", str(runs["pairs"]), "--data", str(data)], capsys
+    )
+    assert f"{data}: label 'mixed' (first in example 27) is not one the model knows" in line
 
 
 def test_label_studio_tasks_of_each_shape(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ from bert_tasks.config import Config, load_recipe
 from bert_tasks.data.in_memory import in_memory_source
 from bert_tasks.data.splits import read_splits
 from bert_tasks.errors import BertTasksError, listed
-from bert_tasks.model_dir import ModelPolicy, label_names, local_model_dir, read_policy
+from bert_tasks.model_dir import ModelPolicy, check_dir_positions, label_names, local_model_dir, read_policy
 from bert_tasks.output_paths import CommandOutput, page_output, write_atomically
 from bert_tasks.tasks import task_class
 
@@ -88,11 +88,14 @@ def _read_labelled(
     cfg = load_recipe(recipe if recipe.is_file() else None, [*_DATA_ONLY, *overrides, test_file], saved.task)
     policy = _with_overrides(saved, cfg, policy_keys)
     model_task = policy.make_task()
+    known = label_names(directory)
+    model_task.check_options(known)
+    check_dir_positions(policy.max_length, directory)
     raw = read_splits(model_task, cfg, None if data is None else {"test": data})["test"]
     for key, why in model_task.unused_options(raw).items():
         if key in policy_keys:
             raise BertTasksError(f"{key}= on the command line changes nothing here: {source} {why}; drop it")
-    check_known_labels(model_task, raw, cfg, label_names(directory), source)
+    check_known_labels(model_task, raw, cfg, known, source)
     _say_changes(saved, policy, policy_keys)  # only once they apply: a refusal stays the one line
     return raw, policy
 
@@ -102,13 +105,28 @@ def check_known_labels(
 ) -> None:
     """Refuse labelled data with a label the model cannot predict: it would only be scored as a miss, or
     break the metric (and, with its gold label encoded, have no id)."""
-    # label_names without the recipe's list: the labels the data itself uses.
-    unknown = sorted(set(task.label_names(raw, dataclasses.replace(cfg, label_names=None))) - set(known))
+    data_cfg = dataclasses.replace(cfg, label_names=None)  # the labels the data itself uses, not the list
+    unknown = sorted(set(task.label_names(raw, data_cfg)) - set(known))
     if unknown:
+        example = _first_example_with(task, raw, data_cfg, unknown[0])
         raise BertTasksError(
-            f"{source}: label {unknown[0]!r} is not one the model knows ({listed(known)}); "
-            f"{command} on data with the model's labels, or train a model that has it"
+            f"{source}: label {unknown[0]!r} (first in example {example}) is not one the model knows "
+            f"({listed(known)}); {command} on data with the model's labels, or train a model that has it"
         )
+
+
+def _first_example_with(task: Task, raw: Dataset, cfg: Config, label: str) -> int:
+    """The 1-based number of the first example whose labels include `label`: a binary search over
+    prefixes (whether a prefix holds the label only grows with it), so a large file costs log2(N) reads
+    of the label column, on this error path alone."""
+    low, high = 1, len(raw)  # the first prefix length whose labels hold `label`
+    while low < high:
+        middle = (low + high) // 2
+        if label in task.label_names(raw.select(range(middle)), cfg):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def _check_keys(overrides: Sequence[str], task_options: Sequence[str], trained: Sequence[str]) -> list[str]:
@@ -187,6 +205,28 @@ def check_evaluate_dir(out_dir: Path) -> None:
         )
 
 
+def _earlier_report(out_dir: Path) -> list[str]:
+    """The files the last evaluate into `out_dir` wrote, as its mark lists them; the mark is written first,
+    so a dir whose report failed half-way (a full disk) is still evaluate's to replace."""
+    mark = out_dir / EVALUATE_MARK
+    try:
+        names = json.loads(mark.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        names = None  # no mark yet, or an empty one (written before marks listed the report)
+    mark.touch()
+    return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
+
+
+def _mark_report(out_dir: Path, earlier: list[str], written: list[str]) -> None:
+    """Drop what the last report wrote and this one did not (a single-label model's confusion matrix after
+    a regression model's report), then list this report's files in the mark."""
+    for name in sorted(set(earlier) - set(written)):
+        stale = out_dir / Path(name).name  # a name only: the mark never points outside out_dir
+        if stale.is_file() and not stale.is_symlink():
+            stale.unlink()
+    write_atomically(out_dir / EVALUATE_MARK, json.dumps(written) + "\n")
+
+
 def evaluate_file(
     task: str,
     model_dir: str | Path,
@@ -221,9 +261,10 @@ def evaluate_file(
         encoded, logits = predictor.window_logits(raw)
         metrics = predictor.task.metrics(raw, encoded, logits, predictor.id2label)
         with out.writing():
-            (out_dir / EVALUATE_MARK).touch()
+            earlier = _earlier_report(out_dir)
             write_atomically(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
             plots = predictor.task.save_plots(metrics, out_dir)
+            _mark_report(out_dir, earlier, ["metrics.json", *(path.name for path in plots)])
         if page is not None:
             text = predictor.task.evaluation_page(raw, encoded, logits, predictor.id2label, metrics)
             with page.writing():

@@ -196,6 +196,10 @@ class Task(ABC):
     def check_splits(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:  # noqa: B027
         """Refuse evaluation splits whose labels the training split never shows (nothing by default)."""
 
+    def check_options(self, labels: list[str]) -> None:  # noqa: B027
+        """Refuse option values the model's labels cannot take (nothing by default); `evaluate` asks before
+        the model loads, since its key=value may replace a saved value."""
+
     def unused_options(self, raw: Dataset) -> dict[str, str]:
         """The options that change nothing on labelled data `raw`, each with why (`evaluate` refuses them
         when given); none by default."""

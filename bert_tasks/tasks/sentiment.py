@@ -185,7 +185,7 @@ class SentimentTask(Task):
                 f"choose one of {', '.join(self.metric_names)}"
             )
         if multi and train is not None:
-            self.shape.check_thresholds(self.label_names(train, cfg))
+            self.shape.check_options(self.label_names(train, cfg))
             if self.calibrates and "validation" not in splits and validation_share(cfg, splits) is None:
                 logger.warning(
                     "%s: multi-label without a validation split: every label's threshold stays 0.5 (give a "
@@ -193,6 +193,9 @@ class SentimentTask(Task):
                     sources["train"],
                 )
         return splits
+
+    def check_options(self, labels: list[str]) -> None:
+        self.shape.check_options(labels)
 
     def check_learnable(self, train: Dataset, source: str, cfg: Config) -> None:
         """What the shape needs to learn anything: two classes, two label sets, or two values."""

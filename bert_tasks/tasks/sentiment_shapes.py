@@ -98,6 +98,9 @@ class LabelShape(ABC):
                 "label_column/tag_column"
             )
 
+    def check_options(self, labels: list[str]) -> None:  # noqa: B027
+        """The shape's options against the model's labels (nothing to check here)."""
+
     def check_unseen(self, splits: dict[str, Dataset], sources: dict[str, str], cfg: Config) -> None:
         """Every validation/test class must occur in the training data (or `cfg.label_names`)."""
         known = set(cfg.label_names) if cfg.label_names is not None else self.classes(splits["train"])
@@ -275,7 +278,7 @@ class MultiLabel(LabelShape):
                 "nothing; add texts with other label sets, or check label_column"
             )
 
-    def check_thresholds(self, labels: list[str]) -> None:
+    def check_options(self, labels: list[str]) -> None:
         """A threshold per label, or one for all."""
         if self.thresholds is not None and len(self.thresholds) not in (1, len(labels)):
             raise BertTasksError(

@@ -10,7 +10,6 @@ of them is answered in a second, and leaves the output dir as it was.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from bert_tasks.data.in_memory import split_data
 from bert_tasks.data.splits import read_training_splits, without_demo_files
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import check_model_name, check_positions
+from bert_tasks.model_dir import check_dir_positions, check_model_name
 from bert_tasks.pruning.heads import check_removable, heads_by_layer, read_shape
 from bert_tasks.tasks import get_task
 from bert_tasks.training.checkpoints import latest_checkpoint
@@ -59,7 +58,7 @@ def train(cfg: Config, data: Any = None) -> Path:
         foreign_logs = not cfg.overwrite and output.is_foreign(LOGS_DIR)
         check_logs_dir(output.path, resolve_trackers(cfg.report_to), foreign_logs)
         check_prune_heads(cfg)
-        check_max_length(cfg)
+        check_dir_positions(cfg.max_length, cfg.model)
         check_weight_average(cfg)
         raw, cfg = read_training_splits(task, cfg, data)  # an auto split that carved is named by its share
         if "train" not in raw:
@@ -138,17 +137,6 @@ def check_prune_heads(cfg: Config) -> None:
     config = Path(cfg.model).expanduser() / "config.json"
     if cfg.prune_heads and config.is_file():
         check_removable(heads_by_layer(cfg.prune_heads), read_shape(config.parent), cfg.model)
-
-
-def check_max_length(cfg: Config) -> None:
-    """`max_length` against a local model dir's config.json, before torch loads (a hub id's after)."""
-    config = Path(cfg.model).expanduser() / "config.json"
-    try:
-        fields = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # no readable config.json: the model loader says what is wrong with the dir
-    if isinstance(fields, dict):
-        check_positions(cfg.max_length, fields.get("max_position_embeddings"), cfg.model)
 
 
 def check_weight_average(cfg: Config) -> None:
