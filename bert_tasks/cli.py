@@ -523,8 +523,12 @@ def _predict(args: argparse.Namespace) -> None:
 
     given, _ = prediction_inputs(args.texts, args.file, _input_check(args, model_dir))
     records = list(given)
-    if not records:  # an empty pipe
-        raise BertTasksError(_NOTHING_TO_PREDICT)
+    if not records:  # an empty pipe or file
+        source = "standard input" if args.file == "-" else args.file
+        raise BertTasksError(
+            f"nothing to predict: {source} holds no text (empty, or blank lines only); give it texts, "
+            "or texts as arguments"
+        )
     if args.html is None:
         _predict_and_print(args, model_dir, records, output)
         return

@@ -12,10 +12,12 @@ path, a broken JSON line, an invisible "text" or a lone surrogate is reported th
   command-line byte) are refused with where they are and their character offset.
 - `check_texts`: both rules for texts to predict, before any model loads.
 - `opens_json`: the format of a stream without a name extension, told by its first line.
+- `text_records`: texts to predict, as plain lines, JSON Lines, a JSON array, or a CSV/TSV table.
 """
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import re
@@ -39,6 +41,8 @@ _BOM = b"\xef\xbb\xbf"
 _LINE_BREAK = re.compile("\r\n|\r|\n")
 #: Suffixes that say a file is JSON: its first line is then read as JSON or refused, never taken for text.
 _JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
+#: Suffixes that say a file is a table of texts to predict, and their delimiters.
+_TABLE_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 _JSONL_FIX = (
     "this input is JSON Lines (its first line is a JSON object), so write every line as a JSON object with "
     "a 'text'"
@@ -200,13 +204,17 @@ def text_records(
     the whole input is an array of such objects, else plain text: one text per non-blank line (record
     `{"text": line}`, passing `check` too, which may add fields: `predict --pair`'s second text),
     whatever the line starts with (`{`, `[` and quotes are text too) - except in a file named `.json`,
-    `.jsonl` or `.ndjson`, whose broken first line is an error rather than a text.
+    `.jsonl` or `.ndjson`, whose broken first line is an error rather than a text. A file named `.csv` or
+    `.tsv` is a table: a header, then one record per row (`_table_records`).
 
     JSON Lines and plain text are read a line at a time, so memory does not grow with the input; an
     input whose first line opens with `[` is read whole, since only its end says whether it is an array.
     """
     name = "<stdin>" if path == "-" else path
     check = check or check_text_record
+    if path != "-" and Path(path).suffix.lower() in _TABLE_DELIMITERS:
+        yield from _table_records(path, check)
+        return
     lines = _nonblank_lines(path, name)
     first = next(lines, None)
     if first is None:
@@ -234,6 +242,79 @@ def text_records(
         lines = itertools.chain([first], lines)
     for where, line in lines:
         yield where, check(where, {"text": check_text(line, where, "the line")})
+
+
+def _table_records(
+    path: str, check: Callable[[str, dict[str, Any]], dict[str, Any]]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`file:line`, record) per row of a CSV/TSV file, the header's names as the record's keys.
+
+    The text is the `text` column, as in a JSON record, and every column travels with it (as a string:
+    a table has no types), so `--out` keeps a row's id. Python's csv module reads it a row at a time, as
+    the training reader reads a table (quoted fields may span lines; TSV has no quoting), never whole.
+    """
+    delimiter = _TABLE_DELIMITERS[Path(path).suffix.lower()]
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    with _open_input(path) as stream:
+        reader = csv.reader(_decoded_lines(stream, path), delimiter=delimiter, quoting=quoting)
+        start = 1
+        try:
+            header: list[str] | None = None
+            for fields in reader:
+                where, start = f"{path}:{start}", reader.line_num + 1
+                if not fields or all(is_blank(field) for field in fields):
+                    continue
+                if header is None:
+                    header = _table_header(where, fields)
+                    continue
+                _check_row_width(where, fields, header)
+                yield where, check(where, dict(zip(header, fields, strict=True)))
+        except csv.Error as error:
+            raise BertTasksError(f"{path}:{start}: {error}; fix the row (an unclosed quote?)") from None
+    if header is None:
+        raise BertTasksError(f"{path}: the file is empty; give a header with a 'text' column, then rows")
+
+
+def _check_row_width(where: str, fields: list[str], header: list[str]) -> None:
+    """A row as wide as the header; narrower with a line break in a field is a quote left open."""
+    if len(fields) == len(header):
+        return
+    if any("\n" in field for field in fields):
+        raise BertTasksError(
+            f"{where}: a quote opened here is not closed before the rows after it, so they were read as "
+            'one field; close the quote, or write a quote inside a field as ""'
+        )
+    raise BertTasksError(
+        f"{where}: {len(fields)} fields, but the header has {len(header)} columns; fix the row (a field "
+        'holding the delimiter is quoted: "a, b")'
+    )
+
+
+def _decoded_lines(stream: BinaryIO, path: str) -> Iterator[str]:
+    """The stream's lines as text, line ends kept for the csv module; a byte that is not UTF-8 is one line
+    naming its line (a byte-order mark at the start is skipped, as spreadsheet exports add one)."""
+    for number, raw in enumerate(stream, start=1):
+        line = raw.removeprefix(_BOM) if number == 1 else raw
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BertTasksError(
+                f"{path}:{number}: byte 0x{line[error.start]:02x} is not UTF-8; re-save the file as UTF-8"
+            ) from None
+
+
+def _table_header(where: str, names: list[str]) -> list[str]:
+    """The header of a table to predict: names its `text` column, and no column twice."""
+    names = [name.strip() for name in names]
+    if "text" not in names:
+        raise BertTasksError(
+            f"{where}: the header ({', '.join(map(repr, names))}) has no 'text' column, which predict reads "
+            "from a table; name the texts' column text"
+        )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise BertTasksError(f"{where}: the header names column {twice[0]!r} twice; name each column once")
+    return names
 
 
 def _not_json_array(records: Any, buffered: list[tuple[str, str]]) -> BertTasksError:
@@ -289,6 +370,11 @@ def _nonblank_lines(path: str, name: str) -> Iterator[tuple[str, str]]:
 def _open_input(path: str) -> Iterator[BinaryIO]:
     """Standard input for `-`, else the path opened for reading, with `read_bytes`' one-line errors."""
     if path == "-":
+        if sys.stdin is None:  # started with standard input closed (`<&-`)
+            raise BertTasksError(
+                "--file -: standard input is closed; pipe the texts in (... | bert-tasks predict ...) or "
+                "give --file FILE"
+            )
         yield sys.stdin.buffer
         return
     try:

@@ -158,7 +158,33 @@ def check_output(path: str | Path, input_path: str | None) -> tuple[Path, Path]:
         raise BertTasksError(f"--out {path}: already exists; give a new path, or remove the file first")
     if input_path not in (None, "-") and partial.resolve() == Path(input_path).resolve():
         raise BertTasksError(f"--out {path}: its partial file {partial} is the input; give another --out")
+    if not _is_partial_output(partial):
+        raise BertTasksError(
+            f"--out {path}: {partial} exists and is no partial output of predict (JSON Lines), so it is not "
+            "replaced; rename or remove it, or give another --out"
+        )
     return path, partial
+
+
+def _is_partial_output(partial: Path) -> bool:
+    """Whether `partial` is absent or may be an interrupted run's own: empty (killed before its first
+    chunk), or opening with a JSON object line. Anything else is a file of the user's that happens to
+    bear the name, and a rerun would overwrite it."""
+    if not partial.exists() and not partial.is_symlink():
+        return True
+    if not partial.is_file():
+        return False
+    try:
+        with partial.open("rb") as file:
+            first = file.readline(1 << 20)
+    except OSError:
+        return False
+    if not first:
+        return True
+    try:
+        return isinstance(json.loads(first), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def predict_to_jsonl(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bert_tasks.config import Config
-from bert_tasks.data.files import read_texts
+from bert_tasks.data.files import read_texts, text_records
 from bert_tasks.data.ner_files import read_conll, read_jsonl_spans, read_ner_file
 from bert_tasks.data.text_classification import read_text_classification
 from bert_tasks.errors import BertTasksError
@@ -139,6 +139,63 @@ def test_standard_input_follows_the_same_rule(monkeypatch: pytest.MonkeyPatch) -
     assert refusal(read_texts, "-") == f"<stdin>:2: invalid JSON (Expecting value); {JSONL_FIX}"
     pipe(monkeypatch, b"")
     assert read_texts("-") == []
+
+
+def test_closed_standard_input_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # what Python leaves for a command started with `<&-`
+    assert refusal(read_texts, "-").startswith("--file -: standard input is closed; pipe the texts in")
+
+
+TABLES = [
+    (  # a quoted field over two lines, a blank row, an id column that travels
+        "t.csv",
+        'id,text,source\n1,I loved it,web\n2,"Awful, just\nawful",mail\n\n3,ok,x\n',
+        [
+            ("{path}:2", {"id": "1", "text": "I loved it", "source": "web"}),
+            ("{path}:3", {"id": "2", "text": "Awful, just\nawful", "source": "mail"}),
+            ("{path}:6", {"id": "3", "text": "ok", "source": "x"}),
+        ],
+    ),
+    ("t.tsv", 'text\tid\n"quoted" stays\t7\n', [("{path}:2", {"text": '"quoted" stays', "id": "7"})]),
+    ("t.CSV", "\ufefftext,label\r\nfine,1\r\n", [("{path}:2", {"text": "fine", "label": "1"})]),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "records"), TABLES)
+def test_a_table_gives_its_text_column_and_keeps_every_column(
+    tmp_path: Path, name: str, content: str, records: list[tuple[str, dict[str, str]]]
+) -> None:
+    """A .csv/.tsv used to be read as lines: its header predicted as a text, each row with its label."""
+    path = write(tmp_path, name, content)
+    assert list(text_records(str(path))) == [(where.format(path=path), record) for where, record in records]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("a.csv", "", "{path}: the file is empty; give a header with a 'text' column"),
+        (
+            "a.csv",
+            "sentence,label\nfine,1\n",
+            "{path}:1: the header ('sentence', 'label') has no 'text' column",
+        ),
+        ("a.csv", "text,text\na,b\n", "{path}:1: the header names column 'text' twice"),
+        ("a.csv", "text,id\na,1\nb\n", "{path}:3: 1 fields, but the header has 2 columns; fix the row"),
+        ("a.csv", 'text,id\n"open,1\nb,2\n', "{path}:2: a quote opened here is not closed before the rows"),
+        ("a.csv", "text,id\n,1\n", "{path}:2: empty text in the 'text' field"),
+        (
+            "a.tsv",
+            "text\tid\nfine\t1\n\xff\t2\n",
+            "{path}:3: byte 0xff is not UTF-8; re-save the file as UTF-8",
+        ),
+    ],
+)
+def test_a_bad_table_is_one_line_naming_its_line(
+    tmp_path: Path, name: str, content: str, expected: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content.encode("utf-8", "surrogateescape").replace(b"\xc3\xbf", b"\xff"))
+    assert refusal(read_texts, str(path)).startswith(expected.format(path=path))
 
 
 # --- 5. Labels: numeric spellings normalised, non-labels refused, near-duplicate spellings warned -------

@@ -20,7 +20,7 @@ from bert_tasks.data.files import text_records
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.predictor import Predictor
 from bert_tasks.inference.stream import JsonlOutput, chunks, predict_to_jsonl, prediction_inputs
-from tests.helpers import write_jsonl
+from tests.helpers import cli_error_line, write_jsonl
 from tests.test_cli_startup import probe
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -139,6 +139,28 @@ def test_an_empty_pipe_writes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_empty_pipe_without_out_names_standard_input(
+    sentiment_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n"), encoding="utf-8"))
+    line = cli_error_line(["predict", "sentiment", "--model", str(sentiment_run), "--file", "-"], capsys)
+    assert "nothing to predict: standard input holds no text (empty, or blank lines only)" in line
+
+
+def test_a_table_streams_through_out_with_its_columns(sentiment_run: Path, tmp_path: Path) -> None:
+    source = tmp_path / "reviews.csv"
+    source.write_text('id,text,stars\n17,"Loved it, truly",5\nb-2,Cold soup.,1\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    argv = ["predict", "sentiment", "--model", str(sentiment_run), "--file", str(source), "--out", str(out)]
+    assert main(argv) == 0
+    written = read_jsonl(out)
+    assert [{k: line[k] for k in ("id", "text", "stars")} for line in written] == [
+        {"id": "17", "text": "Loved it, truly", "stars": "5"},
+        {"id": "b-2", "text": "Cold soup.", "stars": "1"},
+    ]
+    assert all(line["label"] in ("negative", "positive") for line in written)
+
+
 def test_a_field_the_prediction_writes_is_refused_with_its_line(
     sentiment_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -165,6 +187,10 @@ def test_a_field_the_prediction_writes_is_refused_with_its_line(
             ["--file", "{tmp}/o.jsonl.partial", "--out", "{tmp}/o.jsonl"],
             "--out {tmp}/o.jsonl: its partial file {tmp}/o.jsonl.partial is the input; give another --out",
         ),
+        (
+            ["--out", "{tmp}/notes.jsonl"],
+            "--out {tmp}/notes.jsonl: {tmp}/notes.jsonl.partial exists and is no partial output of predict",
+        ),
         (["--out", "{tmp}/no/such/dir/o.jsonl"], "--out {tmp}/no/such/dir/o.jsonl: cannot write"),
         (["--out", "{tmp}/o.jsonl", "--format", "text"], "--out writes JSON Lines, --format text prints"),
         (["--out", "{tmp}/o.jsonl", "--format", "label-studio"], "--out writes JSON Lines"),
@@ -176,6 +202,8 @@ def test_output_mistakes_are_one_line_before_torch_loads(
 ) -> None:
     users = {name: write_jsonl(tmp_path / name, [{"text": name}]) for name in ("in.jsonl", "o.jsonl.partial")}
     users["taken.jsonl"] = write_jsonl(tmp_path / "taken.jsonl", [{"text": "the user's own file"}])
+    users["notes.jsonl.partial"] = tmp_path / "notes.jsonl.partial"
+    users["notes.jsonl.partial"].write_text("my own notes\n", encoding="utf-8")
     argv = ["predict", "sentiment", "--model", str(sentiment_run), "--file", str(tmp_path / "in.jsonl")]
     answer = probe([*argv, *(item.format(tmp=tmp_path) for item in tail)], tmp_path)
     assert answer["status"] == 1 and message.format(tmp=tmp_path) in answer["stderr"], answer
@@ -183,6 +211,7 @@ def test_output_mistakes_are_one_line_before_torch_loads(
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(users)
     assert read_jsonl(users["o.jsonl.partial"]) == [{"text": "o.jsonl.partial"}]
     assert read_jsonl(users["taken.jsonl"]) == [{"text": "the user's own file"}]
+    assert users["notes.jsonl.partial"].read_text(encoding="utf-8") == "my own notes\n"
 
 
 @pytest.mark.slow
