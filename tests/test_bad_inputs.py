@@ -249,13 +249,14 @@ def model_dir_without_weights(p: Place) -> Case:
 
 def evaluate_label_the_model_lacks(p: Place) -> Case:
     data = p.write("test.jsonl", '{"text": "It was fine.", "label": "neutral"}\n')
-    expected = f"{data}: label 'neutral' is not one the model knows (negative, positive)"
+    expected = f"{data}: label 'neutral' (first in example 1) is not one the model knows (negative, positive)"
     return evaluate(p, "sentiment", p.sentiment, data, expected)
 
 
 def evaluate_entity_type_the_model_lacks(p: Place) -> Case:
     data = p.write("test.conll", "BRCA1\tB-Gene\nmutation\tO\n")
-    return evaluate(p, "ner", p.ner, data, f"{data}: label 'B-Gene' is not one the model knows")
+    expected = f"{data}: label 'B-Gene' (first in example 1) is not one the model knows"
+    return evaluate(p, "ner", p.ner, data, expected)
 
 
 CASES: dict[str, Callable[[Place], Case]] = {

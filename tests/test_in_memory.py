@@ -121,8 +121,8 @@ def test_evaluate_data_scores_records_as_evaluate_scores_the_file(sentiment_run:
     with pytest.raises(BertTasksError) as error:
         evaluate_data(sentiment_run, [{"text": "so so", "label": "meh"}])
     assert str(error.value) == (
-        "test data (in memory): label 'meh' is not one the model knows (negative, positive); evaluate on "
-        "data with the model's labels, or train a model that has it"
+        "test data (in memory): label 'meh' (first in example 1) is not one the model knows (negative, "
+        "positive); evaluate on data with the model's labels, or train a model that has it"
     )
 
 

@@ -269,7 +269,7 @@ def test_mistakes_are_one_line_and_leave_nothing(runs: dict[str, Path], tmp_path
         f"validation_file={other}",
     ]
     line = cli_error_line(argv, capsys)
-    assert "other.conll: label 'B-Drug' is not one the model knows" in line and not out.exists()
+    assert "other.conll: label 'B-Drug' (first in example" in line and not out.exists()
     extra = [*read_conll(DATA["ner"][0]), [("aspirin", "B-Drug"), ("helps", "O")]]
     more_types = write_conll(tmp_path / "more-types.conll", extra)
     argv = [
