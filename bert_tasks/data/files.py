@@ -257,9 +257,8 @@ def _table_records(
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
     with _open_input(path) as stream:
         reader = csv.reader(_decoded_lines(stream, path), delimiter=delimiter, quoting=quoting)
-        start = 1
+        start, header = 1, None
         try:
-            header: list[str] | None = None
             for fields in reader:
                 where, start = f"{path}:{start}", reader.line_num + 1
                 if not fields or all(is_blank(field) for field in fields):
@@ -280,13 +279,18 @@ def _check_row_width(where: str, fields: list[str], header: list[str]) -> None:
     if len(fields) == len(header):
         return
     if any("\n" in field for field in fields):
-        raise BertTasksError(
-            f"{where}: a quote opened here is not closed before the rows after it, so they were read as "
-            'one field; close the quote, or write a quote inside a field as ""'
-        )
+        raise BertTasksError(open_quote(where))
     raise BertTasksError(
         f"{where}: {len(fields)} fields, but the header has {len(header)} columns; fix the row (a field "
         'holding the delimiter is quoted: "a, b")'
+    )
+
+
+def open_quote(where: str) -> str:
+    """The message for a CSV quote left open, which swallowed the rows after it (training and predict)."""
+    return (
+        f"{where}: a quote opened here is not closed before the following rows, so they were read as one "
+        'field; close the quote, or write a quote inside a field as ""'
     )
 
 

@@ -26,7 +26,16 @@ from bert_tasks.data.columns import (
     column_indexes,
     positions,
 )
-from bert_tasks.data.files import check_text, describe, is_blank, json_records, opens_json, read_utf8, shown
+from bert_tasks.data.files import (
+    check_text,
+    describe,
+    is_blank,
+    json_records,
+    open_quote,
+    opens_json,
+    read_utf8,
+    shown,
+)
 from bert_tasks.data.hub import load_hub_split
 from bert_tasks.data.in_memory import Records
 from bert_tasks.data.label_values import (
@@ -312,7 +321,7 @@ def _delimited_lines(path: Path, content: str, delimiter: str) -> Iterator[tuple
             yield start, fields
     except csv.Error as e:
         if "field larger than field limit" in str(e):  # a quote left open swallowed the rest of the file
-            raise BertTasksError(_open_quote(f"{path}:{line_end + 1}")) from None
+            raise BertTasksError(open_quote(f"{path}:{line_end + 1}")) from None
         raise BertTasksError(f"{path}:{reader.line_num}: {e}; fix the row") from e
 
 
@@ -340,13 +349,6 @@ def _record_rows(source: str, records: Records, wanted: Names) -> tuple[Names, I
     return (names[0], names[1], pair_column), rows()
 
 
-def _open_quote(where: str) -> str:
-    return (
-        f"{where}: a quote opened here is not closed before the following rows, so they were read as one "
-        'field; close the quote, or write a quote inside a field as ""'
-    )
-
-
 def _check_quotes_closed(path: Path, line: int, fields: list[str], delimiter: str) -> None:
     """Refuse a quoted field that swallowed the rows after it (its quote was never closed, or closed late).
 
@@ -358,7 +360,7 @@ def _check_quotes_closed(path: Path, line: int, fields: list[str], delimiter: st
     for field in fields:
         later_lines = _LINE_BREAK.split(field)[1:]
         if any(delimiter in part for part in later_lines[:-1]):
-            raise BertTasksError(_open_quote(f"{path}:{line}"))
+            raise BertTasksError(open_quote(f"{path}:{line}"))
         line += len(later_lines)
 
 

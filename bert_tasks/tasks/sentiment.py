@@ -185,7 +185,7 @@ class SentimentTask(Task):
                 f"choose one of {', '.join(self.metric_names)}"
             )
         if multi and train is not None:
-            self.shape.check_options(self.label_names(train, cfg))
+            self.check_options(self.label_names(train, cfg))
             if self.calibrates and "validation" not in splits and validation_share(cfg, splits) is None:
                 logger.warning(
                     "%s: multi-label without a validation split: every label's threshold stays 0.5 (give a "

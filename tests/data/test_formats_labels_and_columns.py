@@ -181,7 +181,7 @@ def test_a_table_gives_its_text_column_and_keeps_every_column(
         ),
         ("a.csv", "text,text\na,b\n", "{path}:1: the header names column 'text' twice"),
         ("a.csv", "text,id\na,1\nb\n", "{path}:3: 1 fields, but the header has 2 columns; fix the row"),
-        ("a.csv", 'text,id\n"open,1\nb,2\n', "{path}:2: a quote opened here is not closed before the rows"),
+        ("a.csv", 'text,id\n"open,1\nb,2\n', "{path}:2: " + OPEN_QUOTE),
         ("a.csv", "text,id\n,1\n", "{path}:2: empty text in the 'text' field"),
         (
             "a.tsv",
