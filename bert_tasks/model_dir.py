@@ -218,6 +218,7 @@ def load_finetuned(
     model = load_model(
         path, policy.task, allow_pickle=allow_pickle, complete=True, attention=policy.attention
     ).eval()
+    task.prepare_model(model)
     check_tokenizer_fits(tokenizer, model, path)
     id2label = {int(k): v for k, v in model.config.id2label.items()}
     return FinetunedModel(path, model, tokenizer, task, policy, id2label)

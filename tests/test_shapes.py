@@ -531,3 +531,28 @@ def test_pairs_in_memory_and_in_debug_data_are_judged_on_both_texts() -> None:
     assert raw["text_pair"] == ["screen", "battery"]
     profile = task.profile_split(raw)
     assert profile.keys == [f"{REVIEW} [SEP] screen", f"{REVIEW} [SEP] battery"]  # not one text twice
+
+
+def test_regression_values_keep_their_precision_under_bf16(tiny_model: Path, tmp_path: Path) -> None:
+    """Labels near 2,000: a bf16 output layer rounds them to a multiple of 8 (2,005.2 as 2,008); the
+    head's last layer computes in float32, in training and in prediction, so bf16 moves a value by the
+    encoder's rounding only."""
+    texts = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull"]
+    rows = [{"text": f"{texts[i % 8]} {texts[(i * 3) % 8]}", "label": 2000 + i % 11} for i in range(48)]
+    cfg = tiny_config(
+        "sentiment",
+        tiny_model,
+        tmp_path / "run",
+        train_file=write_jsonl(tmp_path / "train.jsonl", rows[:40]),
+        validation_file=write_jsonl(tmp_path / "validation.jsonl", rows[40:]),
+        regression=True,
+        mixed_precision="bf16",
+    )
+    with one_thread():
+        run = train(cfg)
+        fp32, bf16 = (
+            [record["value"] for record in SentimentClassifier(run, mixed_precision=mp)(texts)]
+            for mp in ("no", "bf16")
+        )
+    assert fp32 == pytest.approx(bf16, abs=0.1)
+    assert not all(value % 8 == 0 for value in bf16)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bert_tasks.modeling.float32_output import Float32Linear
+
 
 class PrepackedLinear(nn.Module):
     """A bf16 or fp32 Linear whose weight is held in oneDNN's blocked layout, reordered once at load time.
@@ -50,9 +52,10 @@ def linear_weights_in_bf16(model: nn.Module) -> None:
     (BENCHMARKS.md, "Serving over HTTP"). Cast once, the same bf16 values meet the same bf16 inputs, so
     the logits are bit for bit those of autocast; the other layers (embeddings, LayerNorm) stay fp32 and
     autocast still decides their precision. The model is the backend's own: prediction never trains it.
+    A `Float32Linear` (a regression head's output) stays float32.
     """
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear) and not isinstance(module, Float32Linear):
             module.to(torch.bfloat16)
 
 
@@ -60,7 +63,8 @@ def prepack_linears(model: nn.Module) -> int:
     """Replace each bf16 or fp32 Linear of a CPU inference model by a `PrepackedLinear`; return how many.
 
     A layer stays the plain Linear where this torch cannot prepack it or the prepacked product differs
-    from `F.linear`'s: in any bit in bf16, beyond fp32's rounding (1e-5) in fp32.
+    from `F.linear`'s: in any bit in bf16, beyond fp32's rounding (1e-5) in fp32. A `Float32Linear`
+    (a one-output regression layer) stays itself, so its float32 guarantee holds under any autocast.
     """
     if not torch.backends.mkldnn.is_available():
         return 0
@@ -68,7 +72,9 @@ def prepack_linears(model: nn.Module) -> int:
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear) and child.weight.dtype in dtypes:
+            if isinstance(child, Float32Linear) or not isinstance(child, nn.Linear):
+                continue
+            if child.weight.dtype in dtypes:
                 packed = _packed_weight(child)
                 if packed is not None:
                     setattr(parent, name, PrepackedLinear(child, packed))

@@ -359,6 +359,10 @@ class Task(ABC):
         that do not save); regression folds its target scaling into the head here."""
         return weights
 
+    def prepare_model(self, model: PreTrainedModel) -> None:  # noqa: B027
+        """Adjust a loaded model before it trains or predicts; nothing by default (regression keeps its
+        output layer in float32)."""
+
     # Showing: to programs (records) and to people (text, plots).
 
     @abstractmethod

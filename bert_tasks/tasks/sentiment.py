@@ -370,6 +370,9 @@ class SentimentTask(Task):
     ) -> dict[str, torch.Tensor]:
         return self.shape.saved_weights(model, weights)
 
+    def prepare_model(self, model: PreTrainedModel) -> None:
+        self.shape.prepare_model(model)
+
     # Showing.
 
     def record(self, text: Input, prediction: dict[str, Any]) -> dict[str, Any]:

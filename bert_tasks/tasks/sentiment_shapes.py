@@ -184,6 +184,9 @@ class LabelShape(ABC):
         """The weights as the saved dir holds them (unchanged here)."""
         return weights
 
+    def prepare_model(self, model: PreTrainedModel) -> None:  # noqa: B027
+        """Adjust a loaded model before it trains or predicts (nothing here)."""
+
 
 class SingleLabel(LabelShape):
     """One class per text, the head's softmax over them."""
@@ -523,6 +526,13 @@ class Regression(LabelShape):
             "Values are not bounded to the training labels' range: a text unlike the training data can "
             "score beyond it.",
         )
+
+    def prepare_model(self, model: PreTrainedModel) -> None:
+        """The output layer computes in float32: the saved one writes the label's units, which bf16
+        rounds to 8 significant bits (2,005 as 2,008)."""
+        from bert_tasks.modeling.float32_output import keep_in_float32
+
+        keep_in_float32(model.get_submodule(_output_layer(model)))
 
     def saved_weights(self, model: PreTrainedModel, weights: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The head's last layer with the target scaling folded in: w' = std * w, b' = std * b + mean, so

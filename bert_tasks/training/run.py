@@ -252,6 +252,7 @@ class Run:
     def _load_model(self) -> None:
         cfg = self.cfg
         model = self._build_model()
+        self.task.prepare_model(model)
         check_tokenizer_fits(self.tokenizer, model, cfg.model)
         check_positions(cfg.max_length, model.config.max_position_embeddings, cfg.model)
         if cfg.prune_heads:
