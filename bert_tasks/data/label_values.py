@@ -112,15 +112,9 @@ def split_classes(text: str) -> list[str]:
 
 
 def number_label(value: Any, where: str, column: str) -> float:
-    """A regression target: a finite number, given as a JSON number or a string that reads as one."""
-    number = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, str) and not is_blank(value):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            number = None
+    """A regression target: a finite number within float32's range (the model computes in float32),
+    given as a JSON number or a string that reads as one."""
+    number = _as_number(value)
     if number is None:
         blank = value is None or (isinstance(value, str) and is_blank(value))
         found = "missing" if blank else describe(value)
@@ -129,9 +123,47 @@ def number_label(value: Any, where: str, column: str) -> float:
             f"label in column '{column}' is {found}, not a number",
             "give every row a number (regression=true reads labels as numbers)",
         )
-    if not math.isfinite(number):
+    if math.isnan(number) or (math.isinf(number) and not _written_in_digits(value)):
         raise _error(where, f"label {_shown(value)} in column '{column}' is not finite", "give a number")
+    if abs(number) > FLOAT32_MAX:
+        raise _error(
+            where,
+            f"label {_shown_number(value)} in column '{column}' is beyond float32's range (±3.4e38), in "
+            "which the model computes",
+            "rescale the labels (e.g. divide them by a power of ten)",
+        )
     return number
+
+
+#: The largest finite float32: a regression head cannot write a value beyond it.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _as_number(value: Any) -> float | None:
+    """The value as a float (inf for an integer too large for one), or None where it is no number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # an integer past float64's range
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, str) and not is_blank(value):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _written_in_digits(value: Any) -> bool:
+    """An integer, or a string with a digit: a finite number ("1e400"), not "inf" or "nan"."""
+    return isinstance(value, int) or (isinstance(value, str) and any(c.isdigit() for c in value))
+
+
+def _shown_number(value: Any) -> str:
+    """A number as the file gave it, or its size where it is an integer too long to print."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"(an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits)"
+    return _shown(value)
 
 
 def read_label(value: Any, where: str, column: str, kind: str) -> Any:

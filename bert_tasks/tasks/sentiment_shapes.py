@@ -388,6 +388,10 @@ class MultiLabel(LabelShape):
         return {"thresholds": self.thresholds}
 
 
+#: The most integers `ordinal=true` rounds to: a rating scale, not every integer of a wide range.
+MAX_ORDINAL_CLASSES = 1000
+
+
 class Regression(LabelShape):
     """A number per text: one output, trained on standardised targets, saved in the label's units."""
 
@@ -433,6 +437,12 @@ class Regression(LabelShape):
                 raise BertTasksError(
                     f"ordinal=true rounds to the integers of the training labels' range, "
                     f"{values.min():g}..{values.max():g}, which holds fewer than two; give round_to=[...]"
+                )
+            if high - low + 1 > MAX_ORDINAL_CLASSES:
+                raise BertTasksError(
+                    f"ordinal=true rounds to every integer of the training labels' range, {low}..{high}, "
+                    f"which holds {high - low + 1:,} (more than {MAX_ORDINAL_CLASSES:,}, no rating scale); "
+                    "give round_to=[...] with the classes, or drop ordinal"
                 )
             self.round_to = [float(n) for n in range(low, high + 1)]
             return {"round_to": self.round_to}

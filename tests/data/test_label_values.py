@@ -78,6 +78,32 @@ def test_what_is_not_a_number_says_what_was_found(value: object, found: str) -> 
     assert "is not finite" in refusal(lambda: number_label("inf", "f:2", "stars"))
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (10**400, "(an integer of about 401 digits)"),  # float() of it raises OverflowError
+        (-(2**128), "-340282366920938463463374607431768211456"),
+        (1e39, "1e+39"),
+        ("1e400", '"1e400"'),  # float("1e400") is inf, but the file wrote a finite number
+    ],
+)
+def test_numbers_beyond_float32_are_refused_not_trained_into_nan(value: object, shown: str) -> None:
+    """The head computes in float32: 1e39 or 1e300 trained a model that predicted NaN, and exited 0."""
+    assert refusal(lambda: number_label(value, "f:4", "stars")) == (
+        f"f:4: label {shown} in column 'stars' is beyond float32's range (±3.4e38), in which the model "
+        "computes; rescale the labels (e.g. divide them by a power of ten)"
+    )
+
+
+def test_a_huge_integer_in_a_jsonl_file_is_one_line(tmp_path: Path) -> None:
+    huge = "1" + "0" * 400
+    path = write(tmp_path, "r.jsonl", f'{{"text": "a", "label": 2}}\n{{"text": "b", "label": {huge}}}\n')
+    cfg = load_recipe(None, [f"train_file={path}", "regression=true"], task="sentiment")
+    assert refusal(lambda: read_splits(SentimentTask(regression=True), cfg)).startswith(
+        f"{path}:2: label (an integer of about 401 digits) in column 'label' is beyond float32's range"
+    )
+
+
 def test_lists_or_pipes_make_a_file_multi_label_and_plain_labels_sets_of_one(tmp_path: Path) -> None:
     """multi_label left unset: the form of the labels decides; one set-form label is enough."""
     path = write(tmp_path, "e.csv", "text,label\nI was thrilled,joy\nThrilled and scared,joy|fear\n")
@@ -140,6 +166,24 @@ def test_regression_reads_numbers_and_settles_its_scale_and_ordinal_range(tmp_pa
         f"{constant}: every training label is 3, so a model would learn nothing; add texts with other "
         "values, or check label_column"
     )
+
+
+def test_ordinal_over_a_wide_range_asks_for_round_to_instead_of_building_every_integer(
+    tmp_path: Path,
+) -> None:
+    """0..10**12 once built a list of every integer: a MemoryError, or the process killed."""
+    path = jsonl(tmp_path, "w.jsonl", [{"text": "a", "label": 0}, {"text": "b", "label": 10**12}])
+    cfg = load_recipe(None, [f"train_file={path}", "regression=true", "ordinal=true"], task="sentiment")
+    assert refusal(lambda: read_splits(SentimentTask(regression=True, ordinal=True), cfg)) == (
+        "ordinal=true rounds to every integer of the training labels' range, 0..1000000000000, which "
+        "holds 1,000,000,000,001 (more than 1,000, no rating scale); give round_to=[...] with the classes, "
+        "or drop ordinal"
+    )
+    percent = jsonl(tmp_path, "p.jsonl", [{"text": "a", "label": 0}, {"text": "b", "label": 100}])
+    cfg = load_recipe(None, [f"train_file={percent}", "regression=true", "ordinal=true"], task="sentiment")
+    task = SentimentTask(regression=True, ordinal=True)
+    read_splits(task, cfg)
+    assert len(task.option_values["round_to"]) == 101
 
 
 def test_pairs_read_their_second_text_from_every_layout(tmp_path: Path) -> None:
