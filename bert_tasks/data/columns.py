@@ -87,6 +87,18 @@ def positions(indexes: tuple[int, ...], width: int, where: str, kind: str) -> tu
     return tuple(found)
 
 
+def check_distinct(where: str, names: Sequence[str | None]) -> None:
+    """Refuse two settings that name one column (text, label, pair): a model would read its label as its
+    text, or its text twice. `positions` says the same of indexes."""
+    given = [(key, name) for key, name in zip(COLUMN_KEYS, names, strict=False) if name is not None]
+    for n, (key, name) in enumerate(given):
+        other = next((earlier for earlier, seen in given[:n] if seen == name), None)
+        if other is not None:
+            raise BertTasksError(
+                f"{where}: {other} and {key} are both {name!r}, the same column; give them different columns"
+            )
+
+
 def choose_columns(
     where: str, names: Sequence[str], text_column: str, label_column: str
 ) -> tuple[str, str] | None:

@@ -22,6 +22,7 @@ from bert_tasks.data.columns import (
     COLUMN_KEYS,
     DEFAULT_LABEL,
     DEFAULT_TEXT,
+    check_distinct,
     choose_columns,
     column_indexes,
     positions,
@@ -222,6 +223,7 @@ def read_hub_text_classification(
     """
     from datasets import ClassLabel
 
+    check_distinct(f"dataset={dataset_id} ({split})", (text_column, label_column, pair_column))
     columns = [column for column in (text_column, label_column, pair_column) if column is not None]
     ds = load_hub_split(dataset_id, split, columns, "text_column/label_column/text_pair_column")
     feature = ds.features[label_column]
@@ -251,6 +253,7 @@ def _header_rows(path: Path, content: str, delimiter: str, wanted: Names) -> tup
     line, header = next(lines, (1, []))
     header = [name.strip() for name in header]
     names = choose_columns(f"{path}", header, text_column, label_column)
+    check_distinct(f"{path}:{line}", (*(names or (text_column, label_column)), pair_column))
     if names is None or (pair_column is not None and pair_column not in header):
         expected = f"text_column='{text_column}' and label_column='{label_column}'"
         expected += f" and text_pair_column='{pair_column}'" if pair_column is not None else ""
@@ -332,6 +335,7 @@ def _record_rows(source: str, records: Records, wanted: Names) -> tuple[Names, I
     if first is None:
         return wanted, iter(())
     names = choose_columns(source, list(first[1]), text_column, label_column) or (text_column, label_column)
+    check_distinct(first[0], (*names, pair_column))
     keys = [key for key in (*names, pair_column) if key is not None]
 
     def rows() -> Iterator[Row]:

@@ -232,3 +232,39 @@ def test_the_cli_trains_on_these_layouts_with_no_column_keys(
     argv = fast_overrides("sentiment", tiny_model, out, train_file=path, validation_file=path)
     assert main(["--quiet", "finetune", "sentiment", *argv, *keys]) == 0
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "0", "1": "1"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "file", "message"),
+    [
+        (
+            {"pair_column": "label"},
+            "t.csv",
+            "{path}:1: label_column and text_pair_column are both 'label', the same column; give them "
+            "different columns",
+        ),
+        (
+            {"text_column": "label"},
+            "t.csv",
+            "{path}:1: text_column and label_column are both 'label', the same column; give them different "
+            "columns",
+        ),
+        (
+            {"pair_column": "text"},
+            "t.jsonl",
+            "{path}:1: text_column and text_pair_column are both 'text', the same column; give them "
+            "different columns",
+        ),
+    ],
+)
+def test_two_settings_naming_one_column_by_name_are_refused_as_by_index(
+    tmp_path: Path, settings: dict[str, str], file: str, message: str
+) -> None:
+    """By index the same mistake was refused; by name the label was read as the aspect (or the text)."""
+    content = (
+        "text,label,aspect\nfine screen,pos,screen\nweak battery,neg,battery\n"
+        if file.endswith(".csv")
+        else '{"text": "fine screen", "label": "pos", "aspect": "screen"}\n'
+    )
+    path = write_file(tmp_path, file, content)
+    assert refusal(read_text_classification, path, **settings) == message.format(path=path)
