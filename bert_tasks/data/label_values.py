@@ -62,14 +62,31 @@ def class_label(value: Any, where: str, column: str) -> str:
 
 
 def is_set_form(value: Any) -> bool:
-    """Whether a value is written as a label set: a JSON list, or a string with an unescaped `|`."""
-    return isinstance(value, list) or (isinstance(value, str) and bool(_UNESCAPED_SEPARATOR.search(value)))
+    """Whether a value is written as a label set: a JSON list (also as the text of a CSV cell), or a
+    string with an unescaped `|`."""
+    if isinstance(value, str):
+        return bool(_UNESCAPED_SEPARATOR.search(value)) or _json_list(value) is not None
+    return isinstance(value, list)
+
+
+def _json_list(text: str) -> list[Any] | None:
+    """A CSV cell (or JSON string) that holds a JSON list, `[]` or `["joy", "fear"]`, as that list."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:  # "[sic]": a class name in brackets
+        return None
+    return found if isinstance(found, list) else None
 
 
 def label_set(value: Any, where: str, column: str) -> list[str]:
     """A label set as its class names, in the order written; `[]` (JSON) is a text with no label."""
-    if isinstance(value, str) and not is_blank(value):
-        items: Sequence[Any] = split_classes(value)
+    if isinstance(value, str) and _json_list(value) is not None:
+        items: Sequence[Any] = _json_list(value) or []
+    elif isinstance(value, str) and not is_blank(value):
+        items = split_classes(value)
     elif isinstance(value, list):
         items = value
     elif isinstance(value, (bool, int, float)):
@@ -172,6 +189,8 @@ def read_label(value: Any, where: str, column: str, kind: str) -> Any:
         return number_label(value, where, column)
     if kind == "set" or (kind == "auto" and is_set_form(value)):
         return label_set(value, where, column)
+    if kind == "auto" and isinstance(value, str):  # `a\|b`: a set's escapes, in a class of one
+        [value] = split_classes(value)
     return class_label(value, where, column)
 
 

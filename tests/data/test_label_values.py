@@ -62,6 +62,26 @@ def test_label_set_forms_and_mistakes() -> None:
     assert split_classes("a") == ["a"]
 
 
+def test_a_csv_file_s_escapes_and_json_lists_read_as_its_sets(tmp_path: Path) -> None:
+    """`C\\|C++` alone in a cell was the class `C\\|C++` (the escape honoured only beside a bare `|`), and
+    the `[]` the messages suggest for "no label" became a class named "[]"."""
+    path = write(
+        tmp_path,
+        "s.csv",
+        'text,label\nlang one,C\\|C++\nlang two,C\\|C++|rust\nnone,[]\nboth,"[""rust"", ""go""]"\n'
+        "odd,[sic]\n",
+    )
+    assert read_text_classification(path, labels="auto")["label"] == [
+        ["C|C++"],
+        ["C|C++", "rust"],
+        [],
+        ["rust", "go"],
+        ["[sic]"],  # not JSON: a class name in brackets
+    ]
+    single = write(tmp_path, "c.csv", "text,label\nlang one,C\\|C++\nlang two,go\n")
+    assert read_text_classification(single, labels="auto")["label"] == ["C|C++", "go"]
+
+
 @pytest.mark.parametrize(("value", "number"), [(4, 4.0), (3.5, 3.5), (" 2e1 ", 20.0), ("-1", -1.0)])
 def test_numbers_are_read_from_json_numbers_and_numeric_strings(value: object, number: float) -> None:
     assert number_label(value, "f:1", "stars") == number
