@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bert_tasks.config import AUTO
 from bert_tasks.data.in_memory import split_data
 from bert_tasks.data.splits import read_training_splits, without_demo_files
 from bert_tasks.errors import BertTasksError
@@ -31,6 +32,22 @@ if TYPE_CHECKING:
     from bert_tasks.config import Config
     from bert_tasks.tasks.base import Task
     from bert_tasks.training.run import Run
+
+
+def check_needs_validation(cfg: Config, has_validation: bool) -> None:
+    """Refuse settings that act on validation scores in a run that has none: they would do nothing."""
+    if has_validation:
+        return
+    if cfg.eval_at_start:
+        raise BertTasksError(
+            "eval_at_start=true: no validation split to score the model on before training; give "
+            "validation_file= (or validation_split=), or drop eval_at_start"
+        )
+    if cfg.early_stopping_patience not in (AUTO, 0):
+        raise BertTasksError(
+            f"early_stopping_patience={cfg.early_stopping_patience}: no validation split to stop on; give "
+            "validation_file= (or validation_split=), or drop early_stopping_patience"
+        )
 
 
 def train(cfg: Config, data: Any = None) -> Path:
@@ -63,11 +80,7 @@ def train(cfg: Config, data: Any = None) -> Path:
         raw, cfg = read_training_splits(task, cfg, data)  # an auto split that carved is named by its share
         if "train" not in raw:
             raise BertTasksError("no training data; set train_file or a dataset with a train split")
-        if cfg.eval_at_start and "validation" not in raw:
-            raise BertTasksError(
-                "eval_at_start=true: no validation split to score the model on before training; give "
-                "validation_file= (or validation_split=), or drop eval_at_start"
-            )
+        check_needs_validation(cfg, "validation" in raw)
         if cfg.label_names is not None or isinstance(cfg.class_weights, list):
             # Given names are checked before anything is inferred (and logged); the run derives its own.
             labels = task.label_names(raw["train"], cfg)

@@ -77,19 +77,30 @@ def test_a_run_that_only_spoils_the_model_ends_with_the_weights_it_started_from(
         assert not all(torch.equal(saved[key], start[key]) for key in start)
 
 
-def test_eval_at_start_without_validation_data_is_one_line_before_torch(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            "eval_at_start=true",
+            "eval_at_start=true: no validation split to score the model on before training",
+        ),
+        # was accepted, and the run trained every epoch without a word
+        ("early_stopping_patience=3", "early_stopping_patience=3: no validation split to stop on; give "),
+    ],
+)
+def test_validation_settings_without_validation_data_are_one_line_before_torch(
+    tmp_path: Path, setting: str, message: str
+) -> None:
     argv = [
         "finetune",
         "sentiment",
         f"train_file={DATA['sentiment'][0]}",  # the demo's validation file goes with the demo data
-        "eval_at_start=true",
+        setting,
         f"output_dir={tmp_path / 'out'}",
     ]
     answer = probe(argv, tmp_path)
     assert answer["status"] == 1
-    assert "eval_at_start=true: no validation split to score the model on before training" in str(
-        answer["stderr"]
-    )
+    assert message in str(answer["stderr"])
     assert str(answer["stderr"]).count("\n") == 1, answer["stderr"]
     assert {"torch", "transformers", "accelerate"}.isdisjoint(answer["loaded"]), answer["loaded"]
     assert not (tmp_path / "out").exists()
