@@ -549,11 +549,23 @@ def _typed(raw: Mapping[Any, Any], source: str) -> dict[str, Any]:
     typed = {}
     for key, value in raw.items():
         if key not in _FIELDS:
-            close = [_HF_NAMES[key]] if key in _HF_NAMES else difflib.get_close_matches(str(key), _FIELDS, 1)
-            hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(_FIELDS)}"
+            close = _closest_key(str(key))
+            hint = f"did you mean '{close}'?" if close else f"valid keys: {', '.join(_FIELDS)}"
             raise BertTasksError(f"unknown config key {_show(str(key))} {source}; {hint}")
         typed[key] = _coerce(key, value, _TYPES[key], source)
     return typed
+
+
+def _closest_key(key: str) -> str | None:
+    """The key meant by an unknown one: its HF Trainer name (`learning_rate`), another case or `-` for
+    `_` (`EPOCHS`, `Learning-Rate`), or the nearest spelling; None when nothing is near."""
+    plain = key.casefold().replace("-", "_")
+    if plain in _FIELDS:
+        return plain
+    if plain in _HF_NAMES:
+        return _HF_NAMES[plain]
+    close = difflib.get_close_matches(plain, _FIELDS, 1)
+    return close[0] if close else None
 
 
 def _coerce(key: str, value: Any, annotation: Any, source: str) -> Any:

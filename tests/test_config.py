@@ -141,6 +141,16 @@ def test_unknown_key_on_command_line_suggests_our_name_for_transformers_name() -
         load_recipe(None, ["learning_rate=1e-4"], task="sentiment")
 
 
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [("EPOCHS", "epochs"), ("LR", "lr"), ("Learning_Rate", "lr"), ("batch-size", "batch_size")],
+)
+def test_a_key_in_another_case_or_with_dashes_suggests_the_key(key: str, meant: str) -> None:
+    """`EPOCHS` and `LR` were too far from `epochs` and `lr` for difflib: they got the list of every key."""
+    with pytest.raises(BertTasksError, match=f"'{key}' on the command line; did you mean '{meant}'\\?$"):
+        load_recipe(None, [f"{key}=1"], task="sentiment")
+
+
 def test_unknown_key_without_close_match_lists_valid_keys() -> None:
     with pytest.raises(BertTasksError, match="valid keys: task, model"):
         load_recipe(None, ["zzz=1"], task="sentiment")
