@@ -72,6 +72,17 @@ def test_overwrite_refuses_a_run_dir_holding_a_users_file(
     assert "holds notes.txt, which no bert-tasks run wrote; nothing was deleted" in line
 
 
+def test_overwrite_refuses_a_users_file_inside_the_runs_best_dir(
+    previous_run: Path, tiny_model: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """best/ is the run's (its manifest lists it), a notes.txt the user put in it is not: --overwrite
+    names it and deletes nothing, where it used to delete best/ whole."""
+    (previous_run / "best").mkdir()
+    (previous_run / "best" / "notes.txt").write_text("what I tried")
+    line = refused(finetune(tiny_model, previous_run, "--overwrite"), workdir, capsys)
+    assert "holds best/notes.txt, which no bert-tasks run wrote; nothing was deleted" in line
+
+
 def test_a_symlinked_output_dir_is_refused(
     previous_run: Path, tiny_model: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

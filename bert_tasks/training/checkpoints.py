@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bert_tasks.errors import BertTasksError
 from bert_tasks.output_paths import failure_reason, is_write_failure
+from bert_tasks.training.output_dir import is_run_entry
 
 if TYPE_CHECKING:  # imported where used: finding the latest checkpoint (--resume's first check) needs none
     import torch
@@ -213,11 +214,13 @@ def load_checkpoint(accelerator: Accelerator, model: torch.nn.Module, checkpoint
 
     Raises:
         BertTasksError: a state file is not what bert-tasks wrote (truncated, garbage, a pickle torch's
-            weights_only refuses, another run's state): named, with the checkpoint to fall back to.
+            weights_only refuses, another run's state): named, with the checkpoint to fall back to; the
+            weights are of another shape (other labels): named, and nothing to delete.
     """
     from bert_tasks.modeling.attention import fused_qkv_names
 
     _check_random_states(checkpoint, accelerator.process_index, accelerator.num_processes)
+    _check_same_shapes(checkpoint, accelerator.unwrap_model(model))
     try:
         with fused_qkv_names(accelerator.unwrap_model(model)):
             accelerator.load_state(str(checkpoint))
@@ -228,6 +231,35 @@ def load_checkpoint(accelerator: Accelerator, model: torch.nn.Module, checkpoint
             raise _damaged(checkpoint, f"its state does not fit this run ({reason})") from error
         file, reason = unreadable
         raise _damaged(checkpoint, f"{file.name} is not what bert-tasks wrote ({reason})") from error
+
+
+def _check_same_shapes(checkpoint: Path, model: torch.nn.Module) -> None:
+    """Weights of another shape (a head for other labels, a regression head) are not damage: `load_state`
+    would fail on them, and the damaged line would tell the user to delete a sound checkpoint.
+
+    Reads the safetensors header only; a missing file (FSDP saves a dir) or a damaged one is left to
+    `load_state`, whose failure `_damaged` names."""
+    from safetensors import SafetensorError, safe_open
+
+    from bert_tasks.modeling.attention import fused_qkv_names
+
+    try:
+        with safe_open(checkpoint / "model.safetensors", framework="pt") as weights:
+            names = list(weights.keys())  # a safe_open handle is no mapping: it cannot be iterated
+            saved = {name: list(weights.get_slice(name).get_shape()) for name in names}
+    except (OSError, SafetensorError):
+        return
+    with fused_qkv_names(model):  # the names the checkpoint was saved under
+        current = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+    differ = [name for name in saved.keys() & current.keys() if saved[name] != current[name]]
+    if differ:
+        name = min(differ, key=lambda name: (-len(saved[name]), name))  # a weight rather than its bias
+        raise BertTasksError(
+            f"--resume: checkpoint {checkpoint} was trained with {name} of shape {saved[name]} and this "
+            f"run's model has {current[name]}: other labels or another label shape; resume with the "
+            "data and settings it was trained with, or start a new output_dir (or --overwrite); nothing "
+            "was deleted"
+        )
 
 
 #: What every process's RNG state file holds (Accelerate's keys); the device's own are optional.
@@ -333,13 +365,11 @@ def _complete_checkpoints(output_dir: Path) -> list[Path]:
 
 
 def _remove_incomplete(folder: Path) -> None:
-    """Delete what a killed run left half-written (`step-N.tmp`, a deletion cut short)."""
+    """Delete what a killed run left half-written (`step-N.tmp`, a deletion cut short); a file of the
+    user's in checkpoints/ (no step-N dir: `is_run_entry`) stays."""
     if not folder.is_dir():
         return
     complete = set(_complete_checkpoints(folder.parent))
     for path in folder.iterdir():
-        if path not in complete:
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+        if path not in complete and is_run_entry(path):
+            shutil.rmtree(path)

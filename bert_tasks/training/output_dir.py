@@ -1,9 +1,12 @@
 """One run per output_dir: lock it while the run lives, and let --overwrite delete only what runs wrote.
 
 Each run lists the top-level entries it creates in a manifest (MANIFEST) inside its output_dir, so
-replacing a previous run deletes exactly those and never the user's own files. An exclusive flock on the
-directory itself keeps a second run out; the kernel drops it when its process dies, so it never goes
-stale. Standard library only: the CLI claims the directory before it imports torch.
+replacing a previous run deletes exactly those and never the user's own files. Inside the run's own
+checkpoints/ and best/ the names say what a run wrote (`RUN_SUBDIRS`: step-N dirs, a saved model's
+files); anything else there is the user's, and stops --overwrite (and --resume, which replaces best/
+whole) before anything is deleted. An exclusive flock on the directory itself keeps a second run out; the
+kernel drops it when its process dies, so it never goes stale. Standard library only: the CLI claims the
+directory before it imports torch.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -27,6 +31,20 @@ OLD_RUN_ENTRIES = frozenset(
     | {"vocab.txt", "training_curves.png"}
 )
 RECIPE_HEADER = "# Resolved bert-tasks config"
+#: The checkpoint dirs a run writes in checkpoints/ (`step-N.tmp` while one is written).
+CHECKPOINT_ENTRY = re.compile(r"step-\d+(\.tmp)?")
+#: The files `save_pretrained` writes for best/ (whole or in shards).
+MODEL_FILE = re.compile(
+    r"config\.json|generation_config\.json|model\.safetensors(\.index\.json)?|model-\d+-of-\d+\.safetensors"
+)
+#: The run's subdirs that hold only what it wrote there: name -> (pattern of its entries, they are dirs).
+RUN_SUBDIRS = {
+    "checkpoints": (CHECKPOINT_ENTRY, True),
+    "best": (MODEL_FILE, False),
+    "best.tmp": (MODEL_FILE, False),
+}
+#: What a resumed run replaces whole (save_best): a user's file there would go with it.
+REPLACED_ON_RESUME = ("best", "best.tmp")
 
 StrPath = str | os.PathLike[str]
 
@@ -141,6 +159,7 @@ class OutputDir:
         self._entries = {name for name in names if self._owns(name, owned)} | set(listed or ())
         if resume:
             self._check_rewritable(sorted(self._entries & set(names)))
+            self._refuse_foreign([f for name in REPLACED_ON_RESUME for f in _foreign_inside(out, name)], True)
             return
         for read in existing:
             if os.path.commonpath([read, real]) == real:
@@ -154,13 +173,22 @@ class OutputDir:
                 "choose another output_dir"
             )
         foreign = [name for name in names if not self._owns(name, owned)]
-        if foreign:
-            more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
-            raise BertTasksError(
-                f"output_dir {out} holds {foreign[0]}{more}, which no bert-tasks run wrote; nothing was "
-                "deleted, move it elsewhere or choose another output_dir"
-            )
+        inside = [f for name in names if self._owns(name, owned) for f in _foreign_inside(out, name)]
+        self._refuse_foreign(foreign + inside, False)
         self._previous, self._entries = names, set()
+
+    def _refuse_foreign(self, foreign: Sequence[str], resume: bool) -> None:
+        """Files no run wrote, where the run would delete: named before anything is deleted."""
+        if not foreign:
+            return
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        held = f"output_dir {self.path} holds {foreign[0]}{more}, which no bert-tasks run wrote"
+        if resume:
+            raise BertTasksError(
+                f"--resume: {held} and the run replaces {Path(foreign[0]).parts[0]}/ whole; nothing was "
+                "deleted, move it elsewhere and --resume again"
+            )
+        raise BertTasksError(f"{held}; nothing was deleted, move it elsewhere or choose another output_dir")
 
     def _check_rewritable(self, names: Sequence[str]) -> None:
         """--resume appends to the run's log and replaces its checkpoints and final files: one of them that
@@ -189,11 +217,7 @@ class OutputDir:
         if self._previous is None or not self.owner:
             return
         for name in self._previous:
-            entry = self.path / name
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink(missing_ok=True)  # a symlink goes, never what it points to
+            _remove(self.path / name)
         self._previous = []
         self._write_manifest()
 
@@ -338,6 +362,40 @@ def _is_old_run(out: Path) -> bool:
 def _is_manifest(name: str) -> bool:
     """The manifest and the temporary file a crash during its writing may leave."""
     return name == MANIFEST or (name.startswith(MANIFEST + ".") and name.endswith(".tmp"))
+
+
+def _foreign_inside(out: Path, name: str) -> list[str]:
+    """What run subdir `name` of `out` holds that no run wrote there (`RUN_SUBDIRS`), as `name/entry`.
+
+    A symlinked or missing subdir holds nothing of its own: --overwrite removes only the link."""
+    folder = out / name
+    if name not in RUN_SUBDIRS or folder.is_symlink() or not folder.is_dir():
+        return []
+    return [f"{name}/{entry}" for entry in sorted(os.listdir(folder)) if not is_run_entry(folder / entry)]
+
+
+def is_run_entry(entry: Path) -> bool:
+    """Whether `entry` in one of `RUN_SUBDIRS` is what a run writes there: its name, and a dir (step-N)
+    or a regular file (a model's) as the run makes it, never a symlink."""
+    pattern, is_dir = RUN_SUBDIRS[entry.parent.name]
+    if entry.is_symlink() or not pattern.fullmatch(entry.name):
+        return False
+    return entry.is_dir() if is_dir else entry.is_file()
+
+
+def _remove(entry: Path) -> None:
+    """Delete one entry the previous run wrote; in a run subdir only the run's own entries, then the dir
+    itself if that leaves it empty (a file added since the claim's check stays)."""
+    if entry.is_symlink() or not entry.is_dir():
+        entry.unlink(missing_ok=True)  # a symlink goes, never what it points to
+        return
+    if entry.name not in RUN_SUBDIRS:
+        shutil.rmtree(entry)
+        return
+    for inner in entry.iterdir():
+        if is_run_entry(inner):
+            _remove(inner)
+    _remove_empty([entry])
 
 
 def _remove_empty(folders: list[Path]) -> None:

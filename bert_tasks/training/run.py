@@ -93,6 +93,25 @@ logger = logging.getLogger(__name__)
 STAGING_DIR = ".model.tmp"
 #: Keys of a checkpoint's run_state.json that hold the LossWindow, not the RunState.
 _WINDOW_KEYS = ("loss_since_log", "micro_steps_since_log")
+#: The key of run_state.json that records what the run was trained with: labels, head, plan settings.
+_TRAINED_WITH = "trained_with"
+#: Settings a resumed run must keep, and why: each fixes the plan of updates (their batches, their number,
+#: the learning rate at each) or lives in the optimizer's saved state, so a new value on --resume would
+#: silently continue another plan from this one's state, or be ignored. `ema_decay`: `_check_same_average`.
+PLAN_SETTINGS = {
+    "batch_size": "it makes each epoch's batches, so the updates per epoch and the batches already done",
+    "grad_accum": "it sets the micro-batches per update, so the updates per epoch and the batches done",
+    "epochs": "with max_steps=0 it sets the number of updates the learning rate decays over",
+    "max_steps": "it sets the number of updates the learning rate decays over",
+    "warmup_ratio": "it sets the updates the learning rate warms up over",
+    "lr": "the optimizer's saved state and schedule keep the learning rate the run started with",
+    "layer_lr_decay": "the optimizer's saved state keeps each layer's learning rate",
+    "weight_decay": "the optimizer's saved state keeps the weight decay the run started with",
+    "seed": "it orders each epoch's batches, so which ones the checkpoint had done",
+    "max_train_samples": "it picks the training rows, so each epoch's batches",
+    "max_length": "it cuts the texts into windows, so each epoch's batches",
+    "stride": "it cuts the texts into windows, so each epoch's batches",
+}
 #: `early_stopping_patience=auto`: stop once this many epochs' evaluations bring no improvement. Two, not
 #: one: dev scores wander by about a point from epoch to epoch (BENCHMARKS.md, "Defaults chosen by a
 #: protocol"), and one flat epoch would stop runs that were still learning.
@@ -384,9 +403,13 @@ class Run:
     def _resume(self) -> None:
         """Restore model, optimizer, scheduler, RNG states, the run's state and its unlogged loss."""
         checkpoint = latest_checkpoint(self.output_dir)
+        saved = load_run_state(checkpoint)
+        trained_with = saved.pop(_TRAINED_WITH, None)  # None: a checkpoint of an older bert-tasks
+        if trained_with is not None:
+            self._check_same_labels(checkpoint, trained_with)
+            self._check_same_plan(checkpoint, trained_with.get("settings", {}))
         self._check_same_average(checkpoint)
         load_checkpoint(self.accelerator, self.model, checkpoint)
-        saved = load_run_state(checkpoint)
         window = {key: saved.pop(key) for key in _WINDOW_KEYS}
         self.state = RunState(**saved)
         self.window.total.fill_(window["loss_since_log"])
@@ -408,6 +431,39 @@ class Run:
                 f"ema_decay={self.cfg.ema_decay:g}; resume with ema_decay={saved:g}, or train again with "
                 "--overwrite"
             )
+
+    def _trained_with(self) -> dict[str, Any]:
+        """What a checkpoint records so that --resume can refuse another run's data or plan (see
+        `_check_same_labels`, `_check_same_plan`)."""
+        settings = {key: getattr(self.cfg, key) for key in PLAN_SETTINGS}
+        return {"labels": self.labels, "problem_type": self.task.problem_type, "settings": settings}
+
+    def _check_same_labels(self, checkpoint: Path, trained_with: dict[str, Any]) -> None:
+        """The checkpoint's head is for its labels: other labels (or another label shape) are another run,
+        not a damaged checkpoint, and nothing in it is to be deleted."""
+        saved = (list(trained_with["labels"]), trained_with["problem_type"])
+        asked = (list(self.labels), self.task.problem_type)
+        if saved != asked:
+            raise BertTasksError(
+                f"--resume: {checkpoint} was trained with {_head(*saved)}, this run's data and settings give "
+                f"{_head(*asked)}; resume with the data and settings it was trained with, or start a new "
+                "output_dir (or --overwrite); nothing was deleted"
+            )
+
+    def _check_same_plan(self, checkpoint: Path, settings: dict[str, Any]) -> None:
+        """A resumed run continues the plan it was started with (`PLAN_SETTINGS` says why for each)."""
+        cfg = self.cfg
+        changed = [key for key in PLAN_SETTINGS if key in settings and settings[key] != getattr(cfg, key)]
+        if settings.get("max_steps") and "max_steps" not in changed and "epochs" in changed:
+            changed.remove("epochs")  # max_steps > 0 sets the run's length: epochs plans nothing
+        if not changed:
+            return
+        key, more = changed[0], f" (and {len(changed) - 1} more setting(s))" if len(changed) > 1 else ""
+        saved, asked = _shown(settings[key]), _shown(getattr(cfg, key))
+        raise BertTasksError(
+            f"--resume: {checkpoint} was saved with {key}={saved}, this run asks for {key}={asked}{more}; "
+            f"resume with {key}={saved} ({PLAN_SETTINGS[key]}), or train again with --overwrite"
+        )
 
     def _start_trackers(self) -> None:
         """Start Accelerate's trackers (main process), after `overwrite` cleared the previous run's logs/.
@@ -642,7 +698,7 @@ class Run:
             self.model,
             self.output_dir,
             self.state.global_step,
-            {**asdict(self.state), **window},
+            {**asdict(self.state), **window, _TRAINED_WITH: self._trained_with()},
             self.cfg.keep_checkpoints,
         )
 
@@ -792,6 +848,19 @@ class Run:
         if checkpoint is not None:
             return f"no model was saved; the last complete checkpoint is {checkpoint} (free space, --resume)"
         return "no model was saved"
+
+
+def _head(labels: list[str], problem_type: str | None) -> str:
+    """`labels negative, positive` or `label value (regression)`: what a head was trained for, in words."""
+    shown = ", ".join(labels[:8]) + (f", ... ({len(labels)} in all)" if len(labels) > 8 else "")
+    return f"label{'s' if len(labels) != 1 else ''} {shown}" + (f" ({problem_type})" if problem_type else "")
+
+
+def _shown(value: Any) -> str:
+    """A setting as it is written on the command line (`none`, `3`, `5e-05`)."""
+    if value is None:
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _prefixed(scores: dict[str, Any], prefix: str) -> dict[str, float]:

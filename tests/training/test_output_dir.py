@@ -53,10 +53,11 @@ def manifest(folder: Path) -> list[str]:
     return json.loads((folder / MANIFEST).read_text())["entries"]
 
 
-def run_dir(folder: Path, *entries: str) -> Path:
-    """A directory as a run with a manifest leaves it: `entries` (a trailing / makes a dir) and their list."""
+def run_dir(folder: Path, *entries: str, inside: str = "weights.bin") -> Path:
+    """A directory as a run with a manifest leaves it: `entries` (a trailing / makes a dir holding `inside`)
+    and their list."""
     for entry in entries:
-        write(folder / entry / "weights.bin" if entry.endswith("/") else folder / entry)
+        write(folder / entry / inside if entry.endswith("/") else folder / entry)
     (folder / MANIFEST).write_text(json.dumps({"entries": [entry.rstrip("/") for entry in entries]}))
     return folder
 
@@ -88,7 +89,7 @@ def test_fresh_dir_is_claimed_without_writing_then_recorded_and_cleared(tmp_path
 
 
 def test_overwrite_names_the_first_foreign_entry_and_deletes_nothing(tmp_path: Path) -> None:
-    out = run_dir(tmp_path / "run", "recipe.yaml", "checkpoints/")
+    out = run_dir(tmp_path / "run", "recipe.yaml", "checkpoints/", inside="step-00000001/model.safetensors")
     write(out / "zz-results.csv")
     write(out / "my-notes.txt")
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
@@ -332,3 +333,70 @@ def test_the_other_processes_of_a_run_check_without_locking_writing_or_deleting(
         assert listing(out) == [MANIFEST, "recipe.yaml"] and manifest(out) == ["recipe.yaml"]
         write(out / "notes.txt")
         assert refusal(out, overwrite=True, lock=False).startswith(f"output_dir {out} holds notes.txt,")
+
+
+def run_with_subdirs(folder: Path) -> Path:
+    """A run dir whose checkpoints/, best/ and best.tmp/ hold what a run writes there, and no more."""
+    run_dir(folder, "recipe.yaml", "checkpoints/", inside="step-00000001/model.safetensors")
+    write(folder / "checkpoints" / "step-00000002.tmp" / "optimizer.bin")  # a write cut short
+    for name in ("best", "best.tmp"):
+        write(folder / name / "model.safetensors")
+        write(folder / name / "config.json")
+    (folder / MANIFEST).write_text(
+        json.dumps({"entries": ["best", "best.tmp", "checkpoints", "recipe.yaml"]})
+    )
+    return folder
+
+
+def snapshot(folder: Path) -> dict[str, int]:
+    """Every entry below `folder` and its mtime: a deletion, a write or a new entry shows."""
+    return {str(path.relative_to(folder)): path.lstat().st_mtime_ns for path in folder.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    "inside",
+    ["checkpoints/notes.txt", "best/notes.txt", "best.tmp/notes.txt", "checkpoints/step-00000002/"],
+    ids=["checkpoints", "best", "best.tmp", "step-dir-no-run-wrote"],
+)
+def test_overwrite_refuses_a_users_file_inside_the_runs_subdirs(tmp_path: Path, inside: str) -> None:
+    """checkpoints/ and best/ are the run's, but not what the user put in them: --overwrite names it and
+    deletes nothing (a step-N dir counts as the run's only as a dir, so a file named like one is foreign)."""
+    out = run_with_subdirs(tmp_path / "run")
+    if inside.endswith("/"):  # a *file* named like a checkpoint dir
+        write(out / inside.rstrip("/"))
+    else:
+        write(out / inside, "what I tried")
+    before = snapshot(out)
+    assert refusal(out, overwrite=True) == (
+        f"output_dir {out} holds {inside.rstrip('/')}, which no bert-tasks run wrote; nothing was deleted, "
+        "move it elsewhere or choose another output_dir"
+    )
+    assert snapshot(out) == before
+
+
+def test_overwrite_clears_the_runs_own_entries_of_its_subdirs_and_keeps_a_file_added_since(
+    tmp_path: Path,
+) -> None:
+    """What the previous run wrote in checkpoints/ and best/ goes (step-N dirs, half-written ones, a
+    model's files); a file the user adds after the check (while the model loads) stays, and so its dir."""
+    out = run_with_subdirs(tmp_path / "run")
+    with OutputDir.claim(out, overwrite=True, resume=False, reads=()) as claimed:
+        notes = write(out / "checkpoints" / "notes.txt", "what I tried")
+        claimed.clear_previous()
+    assert listing(out) == [MANIFEST, "checkpoints"]
+    assert listing(out / "checkpoints") == ["notes.txt"] and notes.read_text() == "what I tried"
+
+
+def test_resume_refuses_a_users_file_in_best_which_the_run_replaces_whole(tmp_path: Path) -> None:
+    """A resumed run replaces best/ at each improvement: a user's file there is named before the run
+    starts; one in checkpoints/ is kept by the run (never deleted), so it does not stop --resume."""
+    out = run_with_subdirs(tmp_path / "run")
+    write(out / "checkpoints" / "notes.txt")
+    OutputDir.claim(out, overwrite=False, resume=True, reads=()).release()
+    write(out / "best" / "notes.txt")
+    before = snapshot(out)
+    assert refusal(out, resume=True) == (
+        f"--resume: output_dir {out} holds best/notes.txt, which no bert-tasks run wrote and the run "
+        "replaces best/ whole; nothing was deleted, move it elsewhere and --resume again"
+    )
+    assert snapshot(out) == before
