@@ -81,12 +81,16 @@ def _json_list(text: str) -> list[Any] | None:
     return found if isinstance(found, list) else None
 
 
+def set_items(text: str) -> list[Any]:
+    """The items of a label set written as text: a JSON list's, else the `|`-separated names."""
+    found = _json_list(text)
+    return split_classes(text) if found is None else found
+
+
 def label_set(value: Any, where: str, column: str) -> list[str]:
     """A label set as its class names, in the order written; `[]` (JSON) is a text with no label."""
-    if isinstance(value, str) and _json_list(value) is not None:
-        items: Sequence[Any] = _json_list(value) or []
-    elif isinstance(value, str) and not is_blank(value):
-        items = split_classes(value)
+    if isinstance(value, str) and not is_blank(value):
+        items: Sequence[Any] = set_items(value)
     elif isinstance(value, list):
         items = value
     elif isinstance(value, (bool, int, float)):

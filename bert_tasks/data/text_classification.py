@@ -44,8 +44,8 @@ from bert_tasks.data.label_values import (
     classes_of,
     is_set_form,
     read_label,
+    set_items,
     settle_auto,
-    split_classes,
 )
 from bert_tasks.errors import BertTasksError
 
@@ -172,7 +172,7 @@ def _written_classes(value: Any, labels: str) -> list[str]:
     if isinstance(value, list):
         return [_spelling(item) for item in value]
     if labels in ("set", "auto") and isinstance(value, str) and is_set_form(value):
-        return [item.strip() for item in split_classes(value)]
+        return [_spelling(item) for item in set_items(value)]
     return [_spelling(value)]
 
 

@@ -82,6 +82,21 @@ def test_a_csv_file_s_escapes_and_json_lists_read_as_its_sets(tmp_path: Path) ->
     assert read_text_classification(single, labels="auto")["label"] == ["C|C++", "go"]
 
 
+def test_a_json_list_cell_spells_each_of_its_classes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The merged-spellings warning compares each class's spelling: a list cell's are its items."""
+    path = write(
+        tmp_path, "s.csv", 'text,label\none,"[""rust"", ""go""]"\ntwo,rust\nthree,"[""1""]"\nfour,1.0\n'
+    )
+    with caplog.at_level("WARNING"):
+        assert read_text_classification(path, labels="auto")["label"][:2] == [["rust", "go"], ["rust"]]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{path}: label spellings read as one label: 1 (1) and 1.0 (1) as '1'; if they are different "
+        "classes, name them apart"
+    ]
+
+
 @pytest.mark.parametrize(("value", "number"), [(4, 4.0), (3.5, 3.5), (" 2e1 ", 20.0), ("-1", -1.0)])
 def test_numbers_are_read_from_json_numbers_and_numeric_strings(value: object, number: float) -> None:
     assert number_label(value, "f:1", "stars") == number
