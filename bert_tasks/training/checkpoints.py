@@ -256,12 +256,15 @@ def _check_same_shapes(checkpoint: Path, model: torch.nn.Module) -> None:
         name = min(differ, key=lambda name: (-len(saved[name]), name))  # a weight rather than its bias
         raise BertTasksError(
             f"--resume: checkpoint {checkpoint} was trained with {name} of shape {saved[name]} and this "
-            f"run's model has {current[name]}: other labels or another label shape; resume with the "
-            "data and settings it was trained with, or start a new output_dir (or --overwrite); nothing "
-            "was deleted"
+            f"run's model has {current[name]}: other labels or another label shape; {ANOTHER_RUNS_CHECKPOINT}"
         )
 
 
+#: What a --resume into a sound checkpoint of another run's labels or shape is told to do.
+ANOTHER_RUNS_CHECKPOINT = (
+    "resume with the data and settings it was trained with, or start a new output_dir (or --overwrite); "
+    "nothing was deleted"
+)
 #: What every process's RNG state file holds (Accelerate's keys); the device's own are optional.
 _RNG_KEYS = ("random_state", "numpy_random_seed", "torch_manual_seed")
 

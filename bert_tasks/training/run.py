@@ -60,6 +60,7 @@ from bert_tasks.runtime import (
 )
 from bert_tasks.tasks.base import Task
 from bert_tasks.training.checkpoints import (
+    ANOTHER_RUNS_CHECKPOINT,
     BEST_DIR,
     full_state_dict,
     latest_checkpoint,
@@ -426,11 +427,7 @@ class Run:
         an average added on resume has no saved state to continue from)."""
         saved = saved_decay(checkpoint)
         if saved != self.cfg.ema_decay:
-            raise BertTasksError(
-                f"--resume: {checkpoint} was saved with ema_decay={saved:g}, this run asks for "
-                f"ema_decay={self.cfg.ema_decay:g}; resume with ema_decay={saved:g}, or train again with "
-                "--overwrite"
-            )
+            raise _changed_setting(checkpoint, "ema_decay", saved, self.cfg.ema_decay)
 
     def _trained_with(self) -> dict[str, Any]:
         """What a checkpoint records so that --resume can refuse another run's data or plan (see
@@ -446,8 +443,7 @@ class Run:
         if saved != asked:
             raise BertTasksError(
                 f"--resume: {checkpoint} was trained with {_head(*saved)}, this run's data and settings give "
-                f"{_head(*asked)}; resume with the data and settings it was trained with, or start a new "
-                "output_dir (or --overwrite); nothing was deleted"
+                f"{_head(*asked)}; {ANOTHER_RUNS_CHECKPOINT}"
             )
 
     def _check_same_plan(self, checkpoint: Path, settings: dict[str, Any]) -> None:
@@ -459,11 +455,7 @@ class Run:
         if not changed:
             return
         key, more = changed[0], f" (and {len(changed) - 1} more setting(s))" if len(changed) > 1 else ""
-        saved, asked = _shown(settings[key]), _shown(getattr(cfg, key))
-        raise BertTasksError(
-            f"--resume: {checkpoint} was saved with {key}={saved}, this run asks for {key}={asked}{more}; "
-            f"resume with {key}={saved} ({PLAN_SETTINGS[key]}), or train again with --overwrite"
-        )
+        raise _changed_setting(checkpoint, key, settings[key], getattr(cfg, key), more, PLAN_SETTINGS[key])
 
     def _start_trackers(self) -> None:
         """Start Accelerate's trackers (main process), after `overwrite` cleared the previous run's logs/.
@@ -854,6 +846,18 @@ def _head(labels: list[str], problem_type: str | None) -> str:
     """`labels negative, positive` or `label value (regression)`: what a head was trained for, in words."""
     shown = ", ".join(labels[:8]) + (f", ... ({len(labels)} in all)" if len(labels) > 8 else "")
     return f"label{'s' if len(labels) != 1 else ''} {shown}" + (f" ({problem_type})" if problem_type else "")
+
+
+def _changed_setting(
+    checkpoint: Path, key: str, saved: Any, asked: Any, more: str = "", why: str = ""
+) -> BertTasksError:
+    """The one line of a --resume that asks for another value of a setting the checkpoint was saved with."""
+    reason = f" ({why})" if why else ""
+    was, now = _shown(saved), _shown(asked)
+    return BertTasksError(
+        f"--resume: {checkpoint} was saved with {key}={was}, this run asks for {key}={now}{more}; resume "
+        f"with {key}={was}{reason}, or train again with --overwrite"
+    )
 
 
 def _shown(value: Any) -> str:
