@@ -1,6 +1,7 @@
-"""--resume into a run trained with other labels, another label shape or another plan, and the user's own
-files inside the run's checkpoints/: each refusal is one `bert-tasks: error:` line that names what the
-checkpoint was trained with and what this run asks for, and nothing under the run dir changes.
+"""--resume into a run trained with other labels, another label shape, another plan or other training
+rows, and the user's own files inside the run's checkpoints/: each refusal is one `bert-tasks: error:`
+line that names what the checkpoint was trained with and what this run asks for, and nothing under the
+run dir changes.
 
 The run is tiny (3 updates, a checkpoint after each, no validation split so its end needs no best/), and
 its end is lost (no metrics.json), as a run killed after its last checkpoint leaves it.
@@ -120,6 +121,34 @@ def test_an_older_checkpoint_without_its_labels_names_the_shapes(
         f"--resume: checkpoint {run / STEP_3} was trained with classifier.weight of shape [2, 32] and this "
         "run's model has [3, 32]: other labels or another label shape; resume with the data and settings it "
         "was trained with, or start a new output_dir (or --overwrite); nothing was deleted"
+    )
+
+
+def edited(tmp_path: Path, extra_rows: int = 0) -> Path:
+    """The training rows with the same labels, one text changed, `extra_rows` of them written twice."""
+    rows = [json.loads(line) for line in DATA["sentiment"][0].read_text().splitlines()]
+    rows[0] = rows[0] | {"text": rows[0]["text"] + " Edited."}
+    return write_jsonl(tmp_path / "edited.jsonl", rows + rows[:extra_rows])
+
+
+@pytest.mark.slow
+def test_resuming_on_other_training_rows_with_the_same_labels_is_refused(
+    run: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same labels and settings, one text edited: the checkpoint's place in the epoch is in other batches."""
+    rows = len(DATA["sentiment"][0].read_text().splitlines())
+    line = refused(resume(tiny_model, run, train_file=edited(tmp_path)), run, capsys)
+    assert line == (
+        f"--resume: {run / STEP_3} was trained on other training rows than this run reads (as many, "
+        f"{rows:,}, but other texts, labels or token ids: another train file, the file edited, or another "
+        "tokenizer); "
+        "resume with the data and settings it was trained with, or start a new output_dir (or --overwrite); "
+        "nothing was deleted"
+    )
+    line = refused(resume(tiny_model, run, train_file=edited(tmp_path, extra_rows=2)), run, capsys)
+    assert line.startswith(
+        f"--resume: {run / STEP_3} was trained on {rows:,} encoded training rows, this run reads "
+        f"{rows + 2:,}; "
     )
 
 

@@ -10,6 +10,7 @@ on the Run: its progress (`RunState`, saved with each checkpoint) and the loss n
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -33,6 +34,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from bert_tasks.config import AUTO, Config, save_config
 from bert_tasks.data.batching import eval_loader, train_loader
+from bert_tasks.data.fingerprint import rows_digest
 from bert_tasks.data.validation_split import AUTO_MIN_ROWS
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.quantize import weight_bytes
@@ -409,6 +411,7 @@ class Run:
         if trained_with is not None:
             self._check_same_labels(checkpoint, trained_with)
             self._check_same_plan(checkpoint, trained_with.get("settings", {}))
+            self._check_same_rows(checkpoint, trained_with.get("train_rows"))
         self._check_same_average(checkpoint)
         load_checkpoint(self.accelerator, self.model, checkpoint)
         window = {key: saved.pop(key) for key in _WINDOW_KEYS}
@@ -433,7 +436,18 @@ class Run:
         """What a checkpoint records so that --resume can refuse another run's data or plan (see
         `_check_same_labels`, `_check_same_plan`)."""
         settings = {key: getattr(self.cfg, key) for key in PLAN_SETTINGS}
-        return {"labels": self.labels, "problem_type": self.task.problem_type, "settings": settings}
+        rows = {"rows": len(self.encoded["train"]), "sha256": self._train_digest}
+        return {
+            "labels": self.labels,
+            "problem_type": self.task.problem_type,
+            "settings": settings,
+            "train_rows": rows,
+        }
+
+    @functools.cached_property
+    def _train_digest(self) -> str:
+        """The encoded training rows' digest (`rows_digest`), taken once: the rows do not change in a run."""
+        return rows_digest(self.encoded["train"])
 
     def _check_same_labels(self, checkpoint: Path, trained_with: dict[str, Any]) -> None:
         """The checkpoint's head is for its labels: other labels (or another label shape) are another run,
@@ -445,6 +459,21 @@ class Run:
                 f"--resume: {checkpoint} was trained with {_head(*saved)}, this run's data and settings give "
                 f"{_head(*asked)}; {ANOTHER_RUNS_CHECKPOINT}"
             )
+
+    def _check_same_rows(self, checkpoint: Path, saved: dict[str, Any] | None) -> None:
+        """A resumed run trains on the rows it was started on: with others (another train file, the same
+        file edited, another tokenizer) the checkpoint's place in the epoch points at other batches."""
+        if saved is None:  # a checkpoint of a bert-tasks that did not record them
+            return
+        rows = len(self.encoded["train"])
+        if saved["rows"] != rows:
+            found = f"was trained on {saved['rows']:,} encoded training rows, this run reads {rows:,}"
+        elif saved["sha256"] != self._train_digest:
+            found = f"was trained on other training rows than this run reads (as many, {rows:,}, but other"
+            found += " texts, labels or token ids: another train file, the file edited, or another tokenizer)"
+        else:
+            return
+        raise BertTasksError(f"--resume: {checkpoint} {found}; {ANOTHER_RUNS_CHECKPOINT}")
 
     def _check_same_plan(self, checkpoint: Path, settings: dict[str, Any]) -> None:
         """A resumed run continues the plan it was started with (`PLAN_SETTINGS` says why for each)."""
