@@ -449,6 +449,11 @@ def _tokens_dataset(
         tags.append(fixed)
         repaired_tags.append(len(repaired))
     repairs.report()
+    if tokens and not any(tokens):  # one empty record teaches nothing (`debug data` warns); all: no data
+        raise BertTasksError(
+            f"{source}: every record's {tokens_column!r} is an empty list, so there is nothing to train on "
+            "or score; give the sentences' tokens"
+        )
     return _token_dataset(tokens, tags, repaired_tags)
 
 

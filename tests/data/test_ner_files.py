@@ -319,3 +319,14 @@ def test_a_tag_with_spaces_around_it_is_refused_not_a_type_of_its_own(tmp_path, 
     with pytest.raises(BertTasksError) as error:
         read_ner_file(path, Config(task="ner"))
     assert str(error.value) == f"{path}:1: {expected}"
+
+
+def test_jsonl_tokens_all_empty_is_one_line_and_one_empty_record_is_kept(tmp_path):
+    """A file of only empty records broke the metrics with a ZeroDivisionError (evaluate, and finetune
+    after training); one empty record among others is a `debug data` warning, as before."""
+    only_empty = write(tmp_path, "empty.jsonl", '{"tokens": [], "tags": []}\n' * 2)
+    with pytest.raises(BertTasksError, match=rf"{only_empty}: every record's 'tokens' is an empty list"):
+        read_jsonl_tokens(only_empty)
+    empty_then_one = '{"tokens": [], "tags": []}\n{"tokens": ["rash"], "tags": ["O"]}\n'
+    mixed = write(tmp_path, "mixed.jsonl", empty_then_one)
+    assert read_jsonl_tokens(mixed)["tokens"] == [[], ["rash"]]
