@@ -613,10 +613,10 @@ def _check_batch_size(args: argparse.Namespace) -> None:
 
 def _checked_model_dir(args: argparse.Namespace) -> str:
     """The command's model dir; a wrong or damaged one is answered here, before torch loads."""
-    from bert_tasks.model_dir import read_policy
+    from bert_tasks.model_dir import check_saved_positions, read_policy
 
     model_dir = _model_dir(args)
-    read_policy(model_dir, args.task)
+    check_saved_positions(read_policy(model_dir, args.task), model_dir)
     return model_dir
 
 

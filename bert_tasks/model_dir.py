@@ -156,7 +156,8 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
     Raises:
         BertTasksError: no such dir, no config.json, a policy with wrong types or ranges, a dir that is no
             fine-tuned model of a registered task, or one of another task than `expected_task`, an id2label
-            whose keys are no ids or that names one label twice.
+            whose keys are no ids, that names one label twice, holds placeholder names (LABEL_0, ...) or
+            names the task cannot read (NER: not BIO).
     """
     path = local_model_dir(model_dir)
     config_file = path / "config.json"
@@ -167,7 +168,11 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
         policy = ModelPolicy.from_json(config[POLICY_KEY], str(config_file))
     else:
         policy = _policy_without_one(path, config)
-    _label_names(config_file, config)
+    labels = _label_names(config_file, config)
+    _check_labels(path, labels)
+    problem = task_class(policy.task).label_problem(labels)
+    if problem:
+        raise _bad(str(config_file), f"'id2label' {problem}")
     if expected_task is not None and policy.task != expected_task:
         raise BertTasksError(
             f"model dir {path} holds a {policy.task} model, not a {expected_task} model; "
@@ -209,8 +214,7 @@ def load_finetuned(
             f"model dir {path}: holds a {policy.backend} export, which only predict and evaluate run; "
             "pass the model dir it was exported from"
         )
-    labels = label_names(path)
-    _check_labels(path, labels)
+    labels = label_names(path)  # checked by read_policy
     check_weights_match_labels(path, len(labels))
     task = policy.make_task()
     tokenizer = load_tokenizer(path, **task.tokenizer_options)
@@ -237,16 +241,19 @@ def check_model_name(name: str | Path) -> None:
     raise BertTasksError(f"model {text}: no such directory; pass a saved model dir or a hub id")
 
 
-def check_positions(max_length: int, positions: Any, name: str | Path) -> None:
-    """Refuse windows longer than the model's position embeddings: the first long batch would fail."""
+def check_positions(
+    max_length: int, positions: Any, name: str | Path, key: str = "max_length", where: str = ""
+) -> None:
+    """Refuse windows longer than the model's position embeddings: the first long batch would fail.
+    `key` and `where` name the setting to lower (a saved policy's `bert_tasks.max_length`, in config.json)."""
     if isinstance(positions, int) and max_length > positions:
         raise BertTasksError(
-            f"max_length={max_length}: model {name} has only {positions} position embeddings; "
-            f"set max_length={positions} or less (longer inputs are read in windows)"
+            f"{key}={max_length}: model {name} has only {positions} position embeddings; "
+            f"set {key}={positions} or less{where} (longer inputs are read in windows)"
         )
 
 
-def check_dir_positions(max_length: int, model: str | Path) -> None:
+def check_dir_positions(max_length: int, model: str | Path, key: str = "max_length", where: str = "") -> None:
     """`check_positions` against a local model dir's config.json, before torch loads; a hub id, or a dir
     without a readable config.json, is left to the loader (and checked once the model is loaded)."""
     try:
@@ -254,7 +261,13 @@ def check_dir_positions(max_length: int, model: str | Path) -> None:
     except (OSError, ValueError):
         return
     if isinstance(fields, dict):
-        check_positions(max_length, fields.get("max_position_embeddings"), model)
+        check_positions(max_length, fields.get("max_position_embeddings"), model, key, where)
+
+
+def check_saved_positions(policy: ModelPolicy, model: str | Path) -> None:
+    """A saved policy's windows must fit the model: predict and serve run its max_length as saved, and a
+    text longer than the position embeddings would fail mid-run (a traceback, a 500 in serve)."""
+    check_dir_positions(policy.max_length, model, f"{POLICY_KEY}.max_length", " in its config.json")
 
 
 def _mistyped_path(text: str) -> bool:

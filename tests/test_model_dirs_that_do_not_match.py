@@ -333,7 +333,7 @@ def test_a_tokenizer_larger_than_the_embeddings_is_refused(
     )
 
 
-# 4. id2label naming one label twice.
+# 4. id2label naming one label twice, or labels the task cannot read; windows the model cannot take.
 
 
 @pytest.mark.parametrize(
@@ -359,6 +359,54 @@ def test_an_id2label_naming_a_label_twice_is_refused(
     assert expected in cli_error(argv, capsys)
     with pytest.raises(BertTasksError, match=r"fix config\.json"):
         read_policy(model)
+
+
+@pytest.mark.parametrize(
+    ("id2label", "expected"),
+    [
+        ({"0": "O", "1": "Chemical", "2": "I-Chemical"}, "'id2label' names ['Chemical'] are not BIO"),
+        (
+            {"0": "O", "1": "S-Chemical", "2": "E-Chemical"},
+            "'id2label' names ['S-Chemical', 'E-Chemical'] are not BIO",
+        ),
+    ],
+)
+def test_an_id2label_that_is_not_bio_is_refused_before_the_model_loads(
+    id2label: dict[str, str], expected: str, ner_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Entity types are read off B-/I- prefixes: a `Chemical` label was predicted as type `emical`."""
+    model = edit_config(
+        shutil.copytree(ner_run, tmp_path / "model"),
+        id2label=id2label,
+        label2id={name: int(i) for i, name in id2label.items()},
+    )
+    expected = f"{model / 'config.json'}: {expected}"
+    assert_refused(
+        lambda: EntityTagger(model), ["predict", "ner", "--model", str(model), TEXT], expected, capsys
+    )
+    assert expected in cli_error(["serve", "ner", "--model", str(model)], capsys)
+    data = str(DATA["ner"][1])
+    argv = ["evaluate", "ner", "--model", str(model), "--data", data, "--out", str(tmp_path / "report")]
+    assert expected in cli_error(argv, capsys)
+    assert not (tmp_path / "report").exists()
+
+
+def test_a_saved_max_length_past_the_position_embeddings_is_refused_by_predict_and_serve(
+    ner_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """predict and serve run the saved windows: a long text failed mid-run (a traceback, a 500)."""
+    model = shutil.copytree(ner_run, tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    positions = config["max_position_embeddings"]
+    edit_config(model, bert_tasks={**config["bert_tasks"], "max_length": positions * 2})
+    expected = (
+        f"bert_tasks.max_length={positions * 2}: model {model} has only {positions} position embeddings"
+    )
+    long_text = " ".join(["word"] * positions * 3)
+    assert_refused(
+        lambda: EntityTagger(model), ["predict", "ner", "--model", str(model), long_text], expected, capsys
+    )
+    assert expected in cli_error(["serve", "ner", "--model", str(model)], capsys)
 
 
 # 5. Checkpoints whose files are not what bert-tasks wrote.

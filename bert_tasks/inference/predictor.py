@@ -14,7 +14,13 @@ from bert_tasks.data.annotation_tools import label_studio_tasks
 from bert_tasks.data.files import check_text_to_predict
 from bert_tasks.data.table import Table
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import ModelPolicy, check_method, local_model_dir, read_policy
+from bert_tasks.model_dir import (
+    ModelPolicy,
+    check_method,
+    check_saved_positions,
+    local_model_dir,
+    read_policy,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,6 +75,7 @@ class Predictor:
             )
         directory = local_model_dir(model_dir)
         self.policy = read_policy(directory, self.expected_task)
+        check_saved_positions(policy or self.policy, directory)
         #: What Label Studio shows as the predictions' model version: the model dir's name.
         self.model_version = Path(model_dir).resolve().name
         self.batch_size, self.progress = batch_size, progress

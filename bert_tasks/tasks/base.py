@@ -200,6 +200,12 @@ class Task(ABC):
         """Refuse option values the model's labels cannot take (nothing by default); `evaluate` asks before
         the model loads, since its key=value may replace a saved value."""
 
+    @classmethod
+    def label_problem(cls, labels: Sequence[str]) -> str | None:
+        """What makes a model dir's label names unusable by this task, or None (nothing by default): asked
+        before the model loads, so predictions never come out silently wrong."""
+        return None
+
     def unused_options(self, raw: Dataset) -> dict[str, str]:
         """The options that change nothing on labelled data `raw`, each with why (`evaluate` refuses them
         when given); none by default."""

@@ -78,16 +78,24 @@ def bio_label_names(tags: Sequence[Sequence[str]]) -> list[str]:
     return ["O"] + [f"{prefix}-{name}" for name in types for prefix in ("B", "I")]
 
 
-def _check_bio_names(names: Sequence[str]) -> None:
-    """Refuse `label_names` that are not BIO (O, B-X, I-X, both prefixes per type): the scorer and the
-    Viterbi transitions read every name as BIO, and a stray `Disease` would only fail at the first eval."""
+def bio_problem(names: Sequence[str]) -> str | None:
+    """What keeps label names from being BIO (O, B-X, I-X, both prefixes per type), or None: the scorer,
+    the Viterbi transitions and the entity spans read every name as BIO, so a stray `Disease` would only
+    fail at the first eval, and a model dir's `S-X` would be predicted as an entity of type `X`'s tail."""
     bad = [name for name in names if name != "O" and not (name[:2] in ("B-", "I-") and len(name) > 2)]
     types = {name[2:] for name in names if name != "O"} - set(bad)
     half = [
         f"{prefix}-{kind}" for kind in sorted(types) for prefix in "BI" if f"{prefix}-{kind}" not in names
     ]
     if bad or half:
-        problem = f"names {bad} are not BIO" if bad else f"lacks {half}"
+        return f"names {bad} are not BIO" if bad else f"lacks {half}"
+    return None
+
+
+def _check_bio_names(names: Sequence[str]) -> None:
+    """Refuse `label_names` that are not BIO (`bio_problem`), before anything is trained."""
+    problem = bio_problem(names)
+    if problem:
         raise BertTasksError(
             f"label_names={list(names)}: {problem}; give O plus B-TYPE and I-TYPE for every entity type"
         )
@@ -411,6 +419,12 @@ class NerTask(Task):
                     f"{sources[split]}: entity type {unseen[0]!r} never occurs in the training data "
                     f"({sources['train']}); add training examples of it (or raise max_train_samples)"
                 )
+
+    @classmethod
+    def label_problem(cls, labels: Sequence[str]) -> str | None:
+        """A model dir's labels must be BIO: entity types are read off their `B-`/`I-` prefixes."""
+        problem = bio_problem(labels)
+        return problem and f"{problem} (a NER model's labels are O plus B-TYPE and I-TYPE per entity type)"
 
     def unused_options(self, raw: Dataset) -> dict[str, str]:
         """`word_splitter` cuts texts into words: a file of tokens (CoNLL, JSONL tokens) has none to cut."""
