@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from bert_tasks.data import echoed_json
 from bert_tasks.errors import BertTasksError
 
 #: Unicode categories that draw nothing: controls (Cc) and format characters (Cf).
@@ -229,6 +230,8 @@ def text_records(
         buffered = [first, *lines]
         records = _json_or_none("\n".join(line for _, line in buffered))
         if isinstance(records, list) and records and all(isinstance(r, dict) for r in records):
+            joined = "\n".join(line for _, line in buffered)
+            _parse(name, joined, "fix the file", echoed_json.loads)  # its numbers are written back too
             for number, record in enumerate(records, start=1):
                 yield f"{name}: record {number}", check(f"{name}: record {number}", record)
             return
@@ -326,9 +329,11 @@ def _not_json_array(records: Any, buffered: list[tuple[str, str]]) -> BertTasksE
     fix = "fix the file or rename it .txt to predict its lines as texts"
     if records is None:
         try:
-            json.loads("\n".join(line for _, line in buffered))
+            echoed_json.loads("\n".join(line for _, line in buffered))
         except json.JSONDecodeError as e:  # its line counts the non-blank lines joined: name the file's own
             return BertTasksError(f"{buffered[e.lineno - 1][0]}: invalid JSON ({e.msg}); {fix}")
+        except echoed_json.UnkeptNumber as e:
+            return BertTasksError(f"{buffered[0][0]}: invalid JSON ({e}); {fix}")
         except (ValueError, RecursionError):
             pass
         return BertTasksError(f"{buffered[0][0]}: invalid JSON (nested too deeply or number too long); {fix}")
@@ -396,18 +401,21 @@ def _json_or_none(text: str) -> Any:
         return None
 
 
-def _parse(where: str, line: str, fix: str) -> Any:
-    """One JSON value; anything json.loads refuses (bad syntax, absurd nesting or digits) is one line."""
+def _parse(where: str, line: str, fix: str, loads: Callable[[str], Any] = json.loads) -> Any:
+    """One JSON value; anything `loads` refuses (bad syntax, absurd nesting or digits, for inputs to
+    predict a number that would not be written back as read: `echoed_json`) is one line."""
     try:
-        return json.loads(line)
+        return loads(line)
     except (ValueError, RecursionError) as e:
         reason = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply or number too long"
+        reason = str(e) if isinstance(e, echoed_json.UnkeptNumber) else reason
         raise BertTasksError(f"{where}: invalid JSON ({reason}); {fix}") from None
 
 
 def _jsonl_text_line(where: str, line: str, fix: str = _JSONL_FIX) -> dict[str, Any]:
-    """One line of a JSON Lines input of texts: an object, as the first line was (`fix` says why)."""
-    record = _parse(where, line, fix)
+    """One line of a JSON Lines input of texts: an object, as the first line was (`fix` says why); its
+    fields are written back with the prediction, so its numbers must be kept (`echoed_json`)."""
+    record = _parse(where, line, fix, echoed_json.loads)
     if not isinstance(record, dict):
         raise BertTasksError(f"{where}: expected a JSON object, found {describe(record)}; {fix}")
     return record

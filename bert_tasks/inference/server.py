@@ -36,6 +36,7 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from bert_tasks import __version__
+from bert_tasks.data import echoed_json
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.batcher import BatcherClosed, MicroBatcher
 from bert_tasks.inference.serve_settings import ServeSettings, threads_per_worker
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The deepest body served: a record's fields come back in the answer, which pydantic writes to a
+#: depth of about 250 levels (a deeper field failed as a 500 after the model ran).
+MAX_NESTING = 128
 #: How `--workers N` hands the settings to its worker processes (each builds its own app and model).
 SETTINGS_VARIABLE = "BERT_TASKS_SERVE_SETTINGS"
 _USAGE = 'send {"texts": ["..."]} or {"records": [{"id": ..., "text": "..."}]}'
@@ -257,10 +261,18 @@ def _parsed(body: bytes) -> Any:
     if not body.strip():
         raise HTTPException(400, f"the body is empty; {_USAGE}")
     try:
-        return json.loads(body)
+        parsed = echoed_json.loads(body)
     except (ValueError, RecursionError) as error:  # ValueError: bad syntax or bytes that are no UTF-8/16/32
         reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8, or nested too deeply"
+        reason = str(error) if isinstance(error, echoed_json.UnkeptNumber) else reason
         raise HTTPException(400, f"the body is not valid JSON ({reason}); {_USAGE}") from None
+    if echoed_json.too_deep(parsed, MAX_NESTING):
+        raise HTTPException(
+            400,
+            f"the body nests lists and objects more than {MAX_NESTING} levels deep, deeper than a record's "
+            f"fields can be sent back; flatten them; {_USAGE}",
+        )
+    return parsed
 
 
 def _field(part: str | int) -> str:

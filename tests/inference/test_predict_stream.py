@@ -179,6 +179,48 @@ def test_a_field_the_prediction_writes_is_refused_with_its_line(
 
 
 @pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("1e400", "1e400 is too large for a double; send it as a string"),
+        ("-Infinity", "-Infinity is no JSON number"),
+        ("NaN", "NaN is no JSON number"),
+        ("0.10000000000000000001", "0.10000000000000000001 would come back as 0.1"),
+        ("9" * 5000, "a number of 5000 digits, more than the 4300 Python reads"),
+    ],
+)
+def test_an_id_that_would_not_be_written_back_as_read_is_one_line_with_its_line(
+    sentiment_run: Path, tmp_path: Path, value: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`1e400` was written back as `Infinity` and `NaN` as `NaN`: lines no JSON reader takes."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(f'{{"id": 1, "text": "Good."}}\n{{"id": {value}, "text": "Bad."}}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    argv = ["predict", "sentiment", "--model", str(sentiment_run), "--file", str(source), "--out", str(out)]
+    assert f"{source}:2: invalid JSON ({reason}" in cli_error_line(argv, capsys)
+    assert not out.exists() and not (tmp_path / "out.jsonl.partial").exists()
+    array = tmp_path / "in.json"
+    array.write_text(f'[{{"id": {value}, "text": "Bad."}}]', encoding="utf-8")
+    with pytest.raises(BertTasksError) as error:
+        list(text_records(str(array)))
+    assert str(error.value).startswith(str(array)) and f"invalid JSON ({reason}" in str(error.value)
+
+
+def test_number_ids_come_back_as_the_same_numbers(sentiment_run: Path, tmp_path: Path) -> None:
+    """Python spells a float its own way (`1E2` as `100.0`); the value, and every digit of an int, stay."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1E2, "text": "a"}\n{"id": 123456789012345678901234567890, "text": "b"}\n')
+    out = tmp_path / "out.jsonl"
+    assert (
+        main(
+            ["predict", "sentiment", "--model", str(sentiment_run), "--file", str(source), "--out", str(out)]
+        )
+        == 0
+    )
+    assert [line["id"] for line in read_jsonl(out)] == [100.0, 123456789012345678901234567890]
+    assert out.read_text().startswith('{"id": 100.0,')
+
+
+@pytest.mark.parametrize(
     ("tail", "message"),
     [
         (["--out", "{tmp}/taken.jsonl"], "--out {tmp}/taken.jsonl: already exists; give a new path"),
