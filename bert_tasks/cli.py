@@ -521,7 +521,13 @@ def _predict(args: argparse.Namespace) -> None:
     model_dir = _checked_model_dir(args)
     from bert_tasks.inference.stream import prediction_inputs
 
-    given, _ = prediction_inputs(args.texts, args.file, _input_check(args, model_dir))
+    check = _input_check(args, model_dir)
+    if output == "label-studio":
+        from bert_tasks.data.annotation_tools import label_studio_input
+        from bert_tasks.model_dir import read_policy
+
+        check = label_studio_input(read_policy(model_dir, args.task).make_task(), check)
+    given, _ = prediction_inputs(args.texts, args.file, check)
     records = list(given)
     if not records:  # an empty pipe or file
         source = "standard input" if args.file == "-" else args.file

@@ -155,13 +155,19 @@ def test_a_bad_token_record_in_a_file_is_one_line_with_its_line_before_torch(
     )
 
 
-def test_label_studio_needs_the_text_of_token_records(ner_run: Path, tmp_path: Path, capsys) -> None:
-    path = _tokens_file(tmp_path, [{"tokens": TOKENS}])
-    assert (
-        main(["predict", "ner", "--model", str(ner_run), "--file", str(path), "--format", "label-studio"])
-        == 1
+def test_label_studio_needs_the_text_of_token_records(ner_run: Path, tmp_path: Path) -> None:
+    """Refused at the record's line while the file is read: it came after the model had predicted it all."""
+    from tests.test_cli_startup import probe
+
+    path = _tokens_file(tmp_path, [{"tokens": TOKENS, "text": TEXT}, {"tokens": TOKENS}])
+    answer = probe(
+        ["predict", "ner", "--model", str(ner_run), "--file", str(path), "--format", "label-studio"], tmp_path
     )
-    assert "a record of 'tokens' without its 'text' has none; add the 'text'" in capsys.readouterr().err
+    assert answer["status"] == 1 and answer["loaded"] == [], answer
+    assert (
+        f"{path}:2: --format label-studio marks entities in a text, and a record of 'tokens' without its "
+        in (answer["stderr"])
+    )
 
 
 def test_the_server_takes_token_records(ner_run: Path, tagger: EntityTagger) -> None:

@@ -16,7 +16,7 @@ Both become `{"start", "end", "label"[, "text"]}` spans, checked by the one span
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,11 @@ logger = logging.getLogger(__name__)
 #: The Label Studio controls `predict ner --format label-studio` fills, as in Label Studio's "Named Entity
 #: Recognition" template: `<Labels name="label" toName="text">` over `<Text name="text" value="$text">`.
 LABELS_CONTROL, TEXT_OBJECT = "label", "text"
+#: Why an input without a text (NER's tokens alone) cannot become a Label Studio task.
+NO_TEXT_TO_MARK = (
+    "--format label-studio marks entities in a text, and a record of 'tokens' without its 'text' has none; "
+    "add the 'text', or use --json"
+)
 
 
 def is_label_studio(record: dict[str, Any]) -> bool:
@@ -149,6 +154,21 @@ def _doccano_span(where: str, key: str | None, number: int, item: Any) -> dict[s
         f'{where}: doccano {key!r} item {number} is {describe(item)}, not [start, end, "TYPE"] or an object '
         "with start_offset, end_offset and label (or start, end and label); fix the record"
     )
+
+
+def label_studio_input(
+    task: Task, check: Callable[[str, dict[str, Any]], dict[str, Any]]
+) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """`check`, also refusing at its `file:line` an input that has no text to mark: while the file is
+    read, before the model loads and predicts everything else."""
+
+    def with_text(where: str, record: dict[str, Any]) -> dict[str, Any]:
+        checked = check(where, record)
+        if task.shown_input(checked) is None:
+            raise BertTasksError(f"{where}: {NO_TEXT_TO_MARK}")
+        return checked
+
+    return with_text
 
 
 def label_studio_tasks(

@@ -707,14 +707,11 @@ class NerTask(Task):
 
     def label_studio_results(self, text: str, prediction: Any) -> tuple[list[dict[str, Any]], float | None]:
         """Each entity as a `labels` result; the task's score is the mean entity score (none: no entities)."""
-        from bert_tasks.data.annotation_tools import LABELS_CONTROL, TEXT_OBJECT
+        from bert_tasks.data.annotation_tools import LABELS_CONTROL, NO_TEXT_TO_MARK, TEXT_OBJECT
 
         if isinstance(prediction, dict):
             if "text" not in prediction:
-                raise BertTasksError(
-                    "--format label-studio marks entities in a text, and a record of 'tokens' without its "
-                    "'text' has none; add the 'text', or use --json"
-                )
+                raise BertTasksError(NO_TEXT_TO_MARK)
             prediction = prediction["entities"]
         results = [
             {
