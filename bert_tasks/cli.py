@@ -512,8 +512,7 @@ def _predict(args: argparse.Namespace) -> None:
             f"predict across {processes} processes writes one file: give --out OUT.jsonl (and --file), "
             "or run predict as a single process"
         )
-    if not args.texts and not args.file:
-        raise BertTasksError(_NOTHING_TO_PREDICT)
+    _check_texts_given(args)
     _check_batch_size(args)
     if args.json and args.format not in (None, "json"):
         raise BertTasksError(f"--json and --format {args.format} ask for two outputs; give one of them")
@@ -584,8 +583,7 @@ def _predict_to_file(args: argparse.Namespace) -> None:
 
     if args.format not in (None, "json"):
         raise BertTasksError(f"--out writes JSON Lines, --format {args.format} prints; give one of them")
-    if not args.texts and not args.file:
-        raise BertTasksError(_NOTHING_TO_PREDICT)
+    _check_texts_given(args)
     _check_batch_size(args)
     processes = launched_processes()
     if processes > 1 and args.file == "-":
@@ -610,6 +608,21 @@ def _predict_to_file(args: argparse.Namespace) -> None:
         with JsonlOutput(args.out, args.file) as out:
             count = predict_to_jsonl(_predictor(args, model_dir), records, out, total)
     print(f"{count} predictions written to {args.out}")
+
+
+def _check_texts_given(args: argparse.Namespace) -> None:
+    """Something to predict, and no TEXT that is exactly a setting (`viterbi=false`): predict takes none
+    (the model's saved ones apply), so such a word was meant as one and would be predicted as a text."""
+    if not args.texts and not args.file:
+        raise BertTasksError(_NOTHING_TO_PREDICT)
+    keys = {field.name for field in dataclasses.fields(Config)}
+    for text in args.texts:
+        key, equals, _ = text.partition("=")
+        if equals and key in keys:
+            raise BertTasksError(
+                f"predict: the text {text!r} is a {key}= setting, and predict takes none: it runs the model "
+                f"with the settings saved in it; to predict {text!r} as a text, give it in a --file"
+            )
 
 
 def _check_batch_size(args: argparse.Namespace) -> None:

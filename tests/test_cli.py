@@ -279,6 +279,11 @@ def test_predict_bad_standard_input_exits_1(
         ([], "nothing to predict"),
         (["text", "--batch-size", "0"], "--batch-size must be at least 1"),
         (["   "], "text 1 is empty"),
+        (
+            ["max_length=64", "Loved it."],
+            "predict: the text 'max_length=64' is a max_length= setting, and predict takes none",
+        ),
+        (["Loved it.", "lr=1e-5", "--out", "{tmp}/o.jsonl"], "the text 'lr=1e-5' is a lr= setting"),
     ],
 )
 def test_predict_user_errors_exit_1(
