@@ -726,6 +726,12 @@ def read_ner_records(
     )
 
 
+def is_conll_file(path: str | Path, cfg: Config) -> bool:
+    """Whether `read_ner_file` reads `path` as CoNLL columns by its name or `format=` alone (a name
+    without an extension, whose content decides, is not known to be)."""
+    return (cfg.format if cfg.format != "auto" else _format_of_suffix(Path(path))) == "conll"
+
+
 def _format_of_suffix(path: Path) -> str | None:
     """`conll` or `json` (decided by content) from the extension, None without one, or a one-line error."""
     suffix = path.suffix.lower()

@@ -92,8 +92,9 @@ def _read_labelled(
     model_task.check_options(known)
     check_dir_positions(policy.max_length, directory)
     raw = read_splits(model_task, cfg, None if data is None else {"test": data})["test"]
-    for key, why in model_task.unused_options(raw).items():
-        if key in policy_keys:
+    named = {item.partition("=")[0].strip() for item in overrides}
+    for key, why in model_task.unused_options(raw, cfg).items():
+        if key in named:
             raise BertTasksError(f"{key}= on the command line changes nothing here: {source} {why}; drop it")
     check_known_labels(model_task, raw, cfg, known, source)
     _say_changes(saved, policy, policy_keys)  # only once they apply: a refusal stays the one line

@@ -206,9 +206,9 @@ class Task(ABC):
         before the model loads, so predictions never come out silently wrong."""
         return None
 
-    def unused_options(self, raw: Dataset) -> dict[str, str]:
-        """The options that change nothing on labelled data `raw`, each with why (`evaluate` refuses them
-        when given); none by default."""
+    def unused_options(self, raw: Dataset, cfg: Config) -> dict[str, str]:
+        """The options and reader keys that change nothing on labelled data `raw`, read with `cfg`, each
+        with why (`evaluate` refuses them when given); none by default."""
         return {}
 
     def profile_split(self, raw: Dataset) -> SplitProfile:

@@ -31,6 +31,7 @@ from bert_tasks.data.document_context import AFTER, BEFORE, MAX_CONTEXT_WORDS
 from bert_tasks.data.ner_files import (
     FILE_FORMATS,
     inputs_to_columns,
+    is_conll_file,
     read_hub_ner,
     read_ner_file,
     read_ner_records,
@@ -426,9 +427,19 @@ class NerTask(Task):
         problem = bio_problem(labels)
         return problem and f"{problem} (a NER model's labels are O plus B-TYPE and I-TYPE per entity type)"
 
-    def unused_options(self, raw: Dataset) -> dict[str, str]:
-        """`word_splitter` cuts texts into words: a file of tokens (CoNLL, JSONL tokens) has none to cut."""
-        return {} if "text" in raw.column_names else {"word_splitter": "gives its own tokens, no text to cut"}
+    def unused_options(self, raw: Dataset, cfg: Config) -> dict[str, str]:
+        """`word_splitter` and `text_column` read texts: a file of tokens (CoNLL, JSONL tokens) has none;
+        `document_context` reads the neighbours of a file that marks documents; a CoNLL file's columns are
+        read by position, its tags by name (`tokens_column`, `tag_column`, `label_names` name JSON's)."""
+        unused = {}
+        if "text" not in raw.column_names:
+            unused |= dict.fromkeys(("word_splitter", "text_column"), "gives its own tokens, no text to cut")
+        if BEFORE not in raw.column_names:
+            unused["document_context"] = "marks no documents (-DOCSTART- lines): no sentence has neighbours"
+        if cfg.test_file is not None and is_conll_file(cfg.test_file, cfg):
+            why = "is a CoNLL file: its columns are read by position and its tags by name"
+            unused |= dict.fromkeys(("tokens_column", "tag_column", "label_names"), why)
+        return unused
 
     def profile_split(self, raw: Dataset) -> SplitProfile:
         """Each example is its words joined by spaces with its tags; the distribution counts entities per
