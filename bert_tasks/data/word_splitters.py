@@ -53,6 +53,14 @@ PRESETS = {
 }
 
 
+#: Text a user's pattern is tried on: letters of several scripts, digits, punctuation, spaces and an
+#: accent. A pattern with an empty match here (`\w*`, `(?=a)`) would cut most texts into no words.
+_PROBE = (
+    "The U.S. patient's 3,000-mg (aspirin) dose: #tag @user https://x.org/a?b=c "
+    "é e\u0301 日本語 1996-08-22!\n\t"
+)
+
+
 @dataclass(frozen=True)
 class WordSplitter:
     """A named splitter: `split(text)` gives the words and their `[start, end)` offsets in `text`."""
@@ -76,9 +84,16 @@ def splitter_problem(spec: str | None) -> str | None:
     if not spec[len(REGEX_PREFIX) :]:
         return "has no pattern after regex:; give one, e.g. regex:\\S+"
     try:
-        regex.compile(spec[len(REGEX_PREFIX) :])
+        pattern = regex.compile(spec[len(REGEX_PREFIX) :])
     except regex.error as error:
         return f"is not a valid regular expression ({error}); fix the pattern"
+    empty = next((m for m in pattern.finditer(_PROBE) if m.end() == m.start()), None)
+    if empty is not None or pattern.fullmatch(""):
+        return (
+            "can match the empty string, and an empty match is no word (a pattern such as (?=a) finds no "
+            "words at all, so no entities); give a pattern whose every match holds a character, e.g. "
+            "regex:\\S+ (+ rather than *)"
+        )
     return None
 
 

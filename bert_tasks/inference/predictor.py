@@ -139,6 +139,7 @@ class Predictor:
         if not records:
             return []
         columns = self.task.input_columns(records)
+        self.task.warn_unread([where for where, _ in inputs], columns)
         windows = self.task.encode_batch(
             columns, range(len(records)), self.tokenizer, None, self.policy.max_length, self.policy.stride
         )

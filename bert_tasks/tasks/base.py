@@ -247,6 +247,10 @@ class Task(ABC):
         the user's own tokens)."""
         return self.prediction_columns([record["text"] for record in records])
 
+    def warn_unread(self, wheres: Sequence[str], columns: Mapping[str, list[Any]]) -> None:  # noqa: B027
+        """Warn of inputs (named by `wheres`) of which the model reads nothing, as `input_columns` gave
+        them: their predictions would be empty without a word of why (nothing to warn of by default)."""
+
     def shown_input(self, record: Mapping[str, Any]) -> Any:
         """What `record`, `render_predictions`, Label Studio and pages show as one checked input record's
         input: its text (None for NER's tokens alone; a pair model: the (text, second text) pair)."""

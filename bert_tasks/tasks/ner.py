@@ -711,6 +711,17 @@ class NerTask(Task):
         """Records with 'tokens' keep them as their words; a 'text' alone is cut by the word splitter."""
         return inputs_to_columns(records, self.splitter)
 
+    def warn_unread(self, wheres: Sequence[str], columns: Mapping[str, list[Any]]) -> None:
+        """One warning per text in which the model's word splitter finds no word: it gets no entities."""
+        for where, words in zip(wheres, columns["tokens"], strict=True):
+            if not words:
+                logger.warning(
+                    "%s: the model's word_splitter %r finds no words in this text, so no entity can be found "
+                    "in it; give it as 'tokens', or use a model whose splitter cuts such text",
+                    where,
+                    self.splitter.spec,
+                )
+
     def record(self, text: str | None, prediction: Any) -> dict[str, Any]:
         """`{"text", "entities": [{"text", "label", "start", "end", "score"}, ...]}` for a text; for the
         user's tokens the prediction is the record already: `{["text",] "tokens", "tags", "entities"}`."""

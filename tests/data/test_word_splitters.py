@@ -3,8 +3,10 @@ cut at prediction gives the training corpus' own words."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from bert_tasks.data.ner_files import read_conll, read_jsonl_spans, read_jsonl_t
 from bert_tasks.data.splitter_choice import CANDIDATES, agreement, choose_splitter, raw_text
 from bert_tasks.data.word_splitters import PRESETS, word_splitter
 from bert_tasks.errors import BertTasksError
+from bert_tasks.inference.predictor import EntityTagger
 from bert_tasks.model_dir import ModelPolicy
 from bert_tasks.tasks.ner import NerTask
 
@@ -55,7 +58,7 @@ def test_each_splitter_cuts_a_text_its_way(name: str, words: str) -> None:
     assert [SOCIAL[start:end] for start, end in offsets] == found
 
 
-@pytest.mark.parametrize("name", [*PRESETS, "regex:\\w*"])
+@pytest.mark.parametrize("name", [*PRESETS, "regex:\\w+|\\s"])
 @pytest.mark.parametrize(
     "text",
     [
@@ -77,6 +80,9 @@ def test_no_splitter_gives_an_empty_or_invisible_word(name: str, text: str) -> N
         ("spacy", "must be one of default, ptb, social, whitespace or regex:<pattern>"),
         ("regex:", "has no pattern after regex:"),
         ("regex:(", r"is not a valid regular expression \(missing \) at position 1\); fix the pattern"),
+        ("regex:(?=a)", "can match the empty string, and an empty match is no word"),
+        ("regex:[a-z]*", "can match the empty string"),
+        ("regex:[a-z]+|", "can match the empty string"),
     ],
 )
 def test_a_bad_word_splitter_is_one_line_from_the_config_and_the_policy(value: str, message: str) -> None:
@@ -89,6 +95,25 @@ def test_a_bad_word_splitter_is_one_line_from_the_config_and_the_policy(value: s
         ModelPolicy.from_json(policy, "config.json")
     with pytest.raises(BertTasksError, match=r"'bert_tasks.word_splitter' is 5, not a string"):
         ModelPolicy.from_json({**policy, "word_splitter": 5}, "config.json")
+
+
+def test_a_text_the_saved_splitter_finds_no_words_in_is_one_warning(
+    ner_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its prediction is no entities, which said nothing of why."""
+    model = shutil.copytree(ner_run, tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    config["bert_tasks"]["word_splitter"] = "regex:[a-z]+"
+    (model / "config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.WARNING, logger="bert_tasks"):
+        predictions = EntityTagger(model).predict(["aspirin rash", "123 456", "ASPIRIN"])
+    assert predictions[1:] == [[], []]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        f"text {n}: the model's word_splitter 'regex:[a-z]+' finds no words in this text, so no entity "
+        "can be found in it; give it as 'tokens', or use a model whose splitter cuts such text"
+        for n in (2, 3)
+    ]
 
 
 def test_a_policy_without_a_splitter_cuts_as_before() -> None:
