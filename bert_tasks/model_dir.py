@@ -325,7 +325,8 @@ def _first_line(error: Exception) -> str:
 
 
 def _policy_without_one(path: Path, config: dict[str, Any]) -> ModelPolicy:
-    """A dir fine-tuned elsewhere: its head names the task; windows as long as its tokenizer allows."""
+    """A dir fine-tuned elsewhere: its head names the task; windows as long as its tokenizer and its
+    position embeddings allow (a tokenizer's 512 over 128 positions would fail on the first long text)."""
     architectures = config.get("architectures") or [None]
     name = task_of_architecture(architectures[0])
     if name is None:
@@ -336,6 +337,9 @@ def _policy_without_one(path: Path, config: dict[str, Any]) -> ModelPolicy:
     tokenizer_file = path / "tokenizer_config.json"
     tokenizer_max = _json_object(tokenizer_file).get("model_max_length") if tokenizer_file.is_file() else None
     max_length = min(tokenizer_max, MAX_POSITIONS) if isinstance(tokenizer_max, int) else MAX_POSITIONS
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and not isinstance(positions, bool):
+        max_length = min(max_length, positions)
     return ModelPolicy(name, max(8, max_length), _DEFAULT_STRIDE)
 
 

@@ -55,10 +55,10 @@ def test_a_dir_saved_by_the_previous_version_predicts_the_same(
 
 def test_a_dir_fine_tuned_elsewhere_gets_its_task_from_the_head(ner_run: Path, tmp_path: Path) -> None:
     """No policy at all (a plain transformers save): the architecture names the task, windows are as long
-    as the tokenizer allows."""
+    as the tokenizer (512) and the position embeddings (128) allow."""
     plain = rewrite_policy(shutil.copytree(ner_run, tmp_path / "plain"), None)
     policy = read_policy(plain)
-    assert (policy.task, policy.max_length, policy.stride) == ("ner", 512, 32)
+    assert (policy.task, policy.max_length, policy.stride) == ("ner", 128, 32)
     assert isinstance(Predictor(plain).predict(["aspirin"])[0], list)
 
 
