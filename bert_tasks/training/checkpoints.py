@@ -14,6 +14,7 @@ restores them (`load_best`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from bert_tasks.errors import BertTasksError
 from bert_tasks.output_paths import failure_reason, is_write_failure
-from bert_tasks.training.output_dir import is_run_entry
+from bert_tasks.training.output_dir import CHECKPOINT_FILES, RUN_STATE, foreign_in_checkpoint, is_run_entry
 
 if TYPE_CHECKING:  # imported where used: finding the latest checkpoint (--resume's first check) needs none
     import torch
@@ -33,8 +34,8 @@ if TYPE_CHECKING:  # imported where used: finding the latest checkpoint (--resum
 
 CHECKPOINT_DIR = "checkpoints"
 BEST_DIR = "best"
-RUN_STATE = "run_state.json"
 _COMPLETE = re.compile(r"step-(\d+)")
+logger = logging.getLogger(__name__)
 
 
 def save_checkpoint(
@@ -73,13 +74,31 @@ def save_checkpoint(
         accelerator.save_state(str(partial))
     with failing_together(accelerator, f"completing {what}"):
         if accelerator.is_main_process:
+            listed = {CHECKPOINT_FILES: sorted(os.listdir(partial))}  # what is the run's, when it goes
             with written_whole(partial, what, needed, intact):
-                (partial / RUN_STATE).write_text(json.dumps(run_state))
+                (partial / RUN_STATE).write_text(json.dumps({**run_state, **listed}))
             os.replace(partial, final)
-            for old in _complete_checkpoints(output_dir)[:-keep]:
-                (old / RUN_STATE).unlink()  # first, so a deletion cut short never looks like a checkpoint
-                shutil.rmtree(old)
+            drop_old_checkpoints(output_dir, keep)
     return final
+
+
+def drop_old_checkpoints(output_dir: Path, keep: int) -> None:
+    """Delete all but the newest `keep` complete checkpoints; one holding a file that no save wrote is kept
+    whole, with a warning as it leaves the newest `keep`: the file is the user's."""
+    complete = _complete_checkpoints(output_dir)  # oldest first
+    for old in complete[:-keep]:
+        held = foreign_in_checkpoint(old)
+        if held:
+            if old == complete[-keep - 1]:
+                logger.warning(
+                    "%s holds %s, which no bert-tasks run wrote, so this checkpoint is kept rather than "
+                    "deleted with it; move the file out and a later save removes the checkpoint",
+                    old,
+                    held[0] if len(held) == 1 else f"{held[0]} (and {len(held) - 1} more)",
+                )
+            continue
+        (old / RUN_STATE).unlink()  # first, so a deletion cut short never looks like a checkpoint
+        shutil.rmtree(old)
 
 
 def save_best(
@@ -353,6 +372,7 @@ def load_run_state(checkpoint: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(state, dict):
         raise _damaged(checkpoint, f"{RUN_STATE} holds {type(state).__name__}, not the run's state")
+    state.pop(CHECKPOINT_FILES, None)  # the checkpoint's own listing, no part of the run's progress
     return state
 
 

@@ -37,6 +37,11 @@ CHECKPOINT_ENTRY = re.compile(r"step-\d+(\.tmp)?")
 MODEL_FILE = re.compile(
     r"config\.json|generation_config\.json|model\.safetensors(\.index\.json)?|model-\d+-of-\d+\.safetensors"
 )
+#: The file a complete checkpoint (a step-N dir) is known by, written last.
+RUN_STATE = "run_state.json"
+#: The key of run_state.json listing the entries the checkpoint's save wrote: anything else in its step-N
+#: dir is the user's (notes, an exported copy), never deleted with the checkpoint.
+CHECKPOINT_FILES = "checkpoint_files"
 #: The run's subdirs that hold only what it wrote there: name -> (pattern of its entries, they are dirs).
 RUN_SUBDIRS = {
     "checkpoints": (CHECKPOINT_ENTRY, True),
@@ -371,7 +376,27 @@ def _foreign_inside(out: Path, name: str) -> list[str]:
     folder = out / name
     if name not in RUN_SUBDIRS or folder.is_symlink() or not folder.is_dir():
         return []
-    return [f"{name}/{entry}" for entry in sorted(os.listdir(folder)) if not is_run_entry(folder / entry)]
+    found = []
+    for entry in sorted(os.listdir(folder)):
+        if not is_run_entry(folder / entry):
+            found.append(f"{name}/{entry}")
+        elif name == "checkpoints":
+            found += [f"{name}/{entry}/{inner}" for inner in foreign_in_checkpoint(folder / entry)]
+    return found
+
+
+def foreign_in_checkpoint(step_dir: Path) -> list[str]:
+    """The entries of a complete step-N dir that its save did not write (run_state.json lists those), by
+    name. A checkpoint of a bert-tasks that kept no list, or one without a readable run_state.json (half
+    written or half deleted), is taken as wholly the run's."""
+    try:
+        listed = json.loads((step_dir / RUN_STATE).read_text(encoding="utf-8"))[CHECKPOINT_FILES]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    if not isinstance(listed, list):
+        return []
+    own = {*map(str, listed), RUN_STATE}
+    return sorted(name for name in os.listdir(step_dir) if name not in own)
 
 
 def is_run_entry(entry: Path) -> bool:
