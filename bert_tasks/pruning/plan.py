@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_tasks.config import Config, load_recipe, may_carve
+from bert_tasks.config import Config, exact_int, load_recipe, may_carve
 from bert_tasks.errors import BertTasksError
 from bert_tasks.model_dir import BACKENDS, ModelPolicy, local_model_dir, read_policy
 from bert_tasks.pruning.heads import ModelShape, head_items, read_shape
@@ -257,9 +257,10 @@ def _whole(values: dict[str, str], key: str, default: int | None, low: int) -> i
     if key not in values:
         return default
     text = values[key]
-    if not text.isdigit() or int(text) < low or int(text) > 2**31 - 1:
+    number = exact_int(text)
+    if number is None or not low <= number <= 2**31 - 1:
         raise BertTasksError(f"{key}={text!r} on the command line: expected a whole number >= {low}")
-    return int(text)
+    return number
 
 
 def _check_keys(overrides: list[str], task_options: tuple[str, ...], recover_steps: int) -> None:
