@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from bert_tasks.config import Config, load_recipe, may_carve
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import BACKENDS, local_model_dir, read_policy
+from bert_tasks.model_dir import local_model_dir, read_policy, refuse_export
+from bert_tasks.output_paths import refuse_inside
 from bert_tasks.pruning.heads import ModelShape, read_shape
 from bert_tasks.pruning.plan import heads_to_remove, plan_pruning
 from bert_tasks.training.distill import student_layer_indices
@@ -70,11 +71,9 @@ def plan_compress(
     """Check everything the steps will be asked, reading JSON and YAML only (no torch, no data)."""
     teacher = local_model_dir(model_dir)
     policy = read_policy(teacher, task)
-    if policy.backend != BACKENDS[0] or policy.quantize is not None:
-        raise BertTasksError(
-            f"model dir {teacher} is an export; compress the fp32 model dir it was exported from"
-        )
+    refuse_export(teacher, policy, "compress the fp32 model dir it was exported from")
     out = Path(out_dir)
+    refuse_inside(out, teacher, "compress --out")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BertTasksError(f"compress: --out {out} exists and is not an empty dir; choose a new directory")
     if max_loss is not None and not max_loss >= 0:

@@ -176,6 +176,24 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
     return policy
 
 
+def refuse_export(directory: Path, policy: ModelPolicy, todo: str) -> None:
+    """Refuse an export (ONNX, or int8 applied on load) as the source of a command that rewrites weights
+    (prune, compress, export): it would drop the quantization or has no torch weights. `todo`: what to do."""
+    if policy.backend != BACKENDS[0] or policy.quantize is not None:
+        what = policy.backend if policy.backend != BACKENDS[0] else policy.quantize
+        raise BertTasksError(f"model dir {directory} holds a {what} export; {todo}")
+
+
+def check_export_source(model_dir: str | Path, out: str | Path) -> None:
+    """`export`'s source, read from JSON alone: a fine-tuned fp32 dir, not an export of one (an ONNX
+    export of an int8 dir would drop its int8 without a word), and `out` outside it."""
+    from bert_tasks.output_paths import refuse_inside
+
+    directory = local_model_dir(model_dir)
+    refuse_export(directory, read_policy(directory), "export the fp32 model dir it was exported from")
+    refuse_inside(out, directory, "export")
+
+
 @dataclass
 class FinetunedModel:
     """A loaded model dir: the model in eval mode (BERT patched), its tokenizer, task, policy and labels."""

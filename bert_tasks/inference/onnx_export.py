@@ -38,7 +38,14 @@ from bert_tasks.inference.onnx_backend import (
     open_session,
     require,
 )
-from bert_tasks.model_dir import POLICY_KEY, check_method, load_finetuned, local_model_dir, read_policy
+from bert_tasks.model_dir import (
+    POLICY_KEY,
+    check_export_source,
+    check_method,
+    load_finetuned,
+    local_model_dir,
+    read_policy,
+)
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -110,6 +117,7 @@ def export_onnx(
     for module in ("onnx", "onnxruntime", "onnxscript"):
         require(module, "export --format onnx")
     check_method(method)
+    check_export_source(model_dir, out_dir)
     out = Path(out_dir)
     with CommandOutput(out, f"export {out}", "choose a new directory you can write to", fresh=True) as target:
         raw = _check_texts(model_dir, check_file)
