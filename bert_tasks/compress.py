@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from bert_tasks.config import Config, load_recipe, may_carve
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import BACKENDS, local_model_dir, read_policy
+from bert_tasks.model_dir import local_model_dir, read_policy, refuse_export
+from bert_tasks.output_paths import refuse_inside
 from bert_tasks.pruning.heads import ModelShape, read_shape
 from bert_tasks.pruning.plan import heads_to_remove, plan_pruning
 from bert_tasks.training.distill import student_layer_indices
@@ -70,11 +71,9 @@ def plan_compress(
     """Check everything the steps will be asked, reading JSON and YAML only (no torch, no data)."""
     teacher = local_model_dir(model_dir)
     policy = read_policy(teacher, task)
-    if policy.backend != BACKENDS[0] or policy.quantize is not None:
-        raise BertTasksError(
-            f"model dir {teacher} is an export; compress the fp32 model dir it was exported from"
-        )
+    refuse_export(teacher, policy, "compress the fp32 model dir it was exported from")
     out = Path(out_dir)
+    refuse_inside(out, teacher, "compress --out")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BertTasksError(f"compress: --out {out} exists and is not an empty dir; choose a new directory")
     if max_loss is not None and not max_loss >= 0:
@@ -96,7 +95,7 @@ def plan_compress(
     if heads is not None and kept is None:
         plan_pruning(task, teacher, heads, out / PRUNED)  # prunes the teacher itself: its own checks
     elif heads is not None:
-        heads_to_remove(heads, ModelShape(kept, shape.heads, {}))  # the student's heads
+        heads_to_remove(heads, _student_shape(shape, kept))  # the heads the student will have
     if int8:
         from bert_tasks.inference.onnx_backend import require
 
@@ -127,6 +126,14 @@ def _student_layers(layers: str, total: int) -> int | None:
     return count
 
 
+def _student_shape(teacher: ModelShape, layers: int) -> ModelShape:
+    """The student's heads: the teacher's layers it keeps, with their pruned heads (as
+    `modeling.layers.keep_layers` cuts them), so `--heads` is checked against what will be there."""
+    kept = student_layer_indices(teacher.layers, layers, True) or list(range(teacher.layers))
+    pruned = {new: teacher.pruned[old] for new, old in enumerate(kept) if old in teacher.pruned}
+    return ModelShape(layers, teacher.heads, pruned)
+
+
 def _distill_config(
     teacher: Path, out: Path, layers: int | None, overrides: Sequence[str], task: str
 ) -> Config:
@@ -140,8 +147,10 @@ def _distill_config(
             f"compress: {teacher} has no recipe.yaml naming the data it was trained on; give "
             "train_file= (or dataset=) and validation_file= to distil on and compare the steps on"
         )
-    layer_key = [f"student_layers={layers}"] if layers is not None else []
-    values = [*overrides, f"teacher={teacher}", *layer_key, f"output_dir={out / DISTILLED}"]
+    # Without a distill step (--layers none) the config only names the data: no teacher, so no distill
+    # check (a multi-label or regression teacher) refuses steps that can run.
+    distill = [f"teacher={teacher}", f"student_layers={layers}"] if layers is not None else []
+    values = [*overrides, *distill, f"output_dir={out / DISTILLED}"]
     cfg = load_recipe(recipe if recipe.is_file() else None, values, task=task)
     if not (cfg.validation_file or cfg.dataset or may_carve(cfg)):
         raise BertTasksError(
@@ -158,8 +167,8 @@ def compress(plan: CompressPlan) -> dict[str, Any]:
 
     task = get_task(plan.distill_cfg)
     validation = _validation(read_splits(task, plan.distill_cfg), plan)
+    rows = [_row("teacher", plan.teacher, validation, 0.0)]  # a teacher that does not load: no OUT made
     plan.out.mkdir(parents=True, exist_ok=True)
-    rows = [_row("teacher", plan.teacher, validation, 0.0)]
     source = plan.teacher
     for step in plan.steps:
         started = time.perf_counter()

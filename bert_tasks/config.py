@@ -610,7 +610,7 @@ def _convert(value: Any, target: Any) -> Any:
             return None
         if isinstance(value, int):
             return value
-        exact = _to_int(value)
+        exact = exact_int(value)
         if exact is not None:
             return exact
         number = _to_float(value)
@@ -636,8 +636,9 @@ def _convert(value: Any, target: Any) -> Any:
     raise TypeError(f"config field type {target} has no converter")
 
 
-def _to_int(value: Any) -> int | None:
-    """A string's exact integer ("12345678901234567890" is not rounded through a float), else None."""
+def exact_int(value: Any) -> int | None:
+    """A string's exact integer ("12345678901234567890" is not rounded through a float), else None: `int`
+    itself, so "²", which `str.isdigit` calls a digit, is none."""
     try:
         return int(value) if isinstance(value, str) else None
     except ValueError:

@@ -181,6 +181,24 @@ def read_policy(model_dir: str | Path, expected_task: str | None = None) -> Mode
     return policy
 
 
+def refuse_export(directory: Path, policy: ModelPolicy, todo: str) -> None:
+    """Refuse an export (ONNX, or int8 applied on load) as the source of a command that rewrites weights
+    (prune, compress, export): it would drop the quantization or has no torch weights. `todo`: what to do."""
+    if policy.backend != BACKENDS[0] or policy.quantize is not None:
+        what = policy.backend if policy.backend != BACKENDS[0] else policy.quantize
+        raise BertTasksError(f"model dir {directory} holds a {what} export; {todo}")
+
+
+def check_export_source(model_dir: str | Path, out: str | Path) -> None:
+    """`export`'s source, read from JSON alone: a fine-tuned fp32 dir, not an export of one (an ONNX
+    export of an int8 dir would drop its int8 without a word), and `out` outside it."""
+    from bert_tasks.output_paths import refuse_inside
+
+    directory = local_model_dir(model_dir)
+    refuse_export(directory, read_policy(directory), "export the fp32 model dir it was exported from")
+    refuse_inside(out, directory, "export")
+
+
 @dataclass
 class FinetunedModel:
     """A loaded model dir: the model in eval mode (BERT patched), its tokenizer, task, policy and labels."""
@@ -210,10 +228,7 @@ def load_finetuned(
     path = local_model_dir(model_dir)
     policy = read_policy(path, expected_task)
     if policy.backend != BACKENDS[0]:
-        raise BertTasksError(
-            f"model dir {path}: holds a {policy.backend} export, which only predict and evaluate run; "
-            "pass the model dir it was exported from"
-        )
+        raise _no_torch_weights(path, policy.backend)
     labels = label_names(path)  # checked by read_policy
     check_weights_match_labels(path, len(labels))
     task = policy.make_task()
@@ -420,6 +435,47 @@ def _label_names(config_file: Path, config: dict[str, Any]) -> list[str]:
     return [name for _, name in pairs]
 
 
+def check_torch_weights(model: str | Path) -> None:
+    """Refuse, before torch loads, a local dir whose weights torch cannot load: an ONNX export, or a
+    half-written model.safetensors (transformers would blame them on pickle). `attention` and `memory`
+    take any encoder, so a name that is no local dir with a config.json (a hub id) passes."""
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        return
+    policy = _json_object(path / "config.json").get(POLICY_KEY)
+    backend = policy.get("backend", BACKENDS[0]) if isinstance(policy, dict) else BACKENDS[0]
+    if backend != BACKENDS[0]:
+        raise _no_torch_weights(path, backend)
+    _classifier_shape(path)
+
+
+def _no_torch_weights(path: Path, backend: str) -> BertTasksError:
+    return BertTasksError(
+        f"model dir {path}: holds a {backend} export, which only predict and evaluate run; "
+        "pass the model dir it was exported from"
+    )
+
+
+def _classifier_shape(model_dir: Path) -> list[int] | None:
+    """The classifier output's shape from model.safetensors' header (None: no such file or head); a
+    damaged file is one line."""
+    from safetensors import SafetensorError, safe_open
+
+    weights = model_dir / "model.safetensors"
+    if not weights.is_file():
+        return None  # sharded or pickle weights: load_model says what is wrong with those
+    try:
+        with safe_open(weights, "numpy") as file:  # the header only; "numpy" imports no torch
+            names = set(file.keys())
+            output = next((name for name in _CLASSIFIER_OUTPUTS if name in names), None)
+            return file.get_slice(output).get_shape() if output is not None else None
+    except SafetensorError as error:
+        raise BertTasksError(
+            f"model dir {model_dir}: model.safetensors is damaged ({error}); the dir is half-written, "
+            "copy or save it again"
+        ) from None
+
+
 def _check_labels(model_dir: Path, labels: list[str]) -> None:
     """Refuse transformers' placeholder names (LABEL_0, ...): predictions named so mean nothing to anyone."""
     if all(re.fullmatch(r"LABEL_\d+", label) for label in labels):
@@ -436,21 +492,7 @@ def check_weights_match_labels(model_dir: Path, num_labels: int) -> None:
     Both would otherwise fail deep inside transformers (a safetensors header error, a size mismatch);
     reading the safetensors header costs a few kilobytes.
     """
-    from safetensors import SafetensorError, safe_open
-
-    weights = model_dir / "model.safetensors"
-    if not weights.is_file():
-        return  # sharded or pickle weights: load_model says what is wrong with those
-    try:
-        with safe_open(weights, "numpy") as file:  # the header only; "numpy" imports no torch
-            names = set(file.keys())
-            output = next((name for name in _CLASSIFIER_OUTPUTS if name in names), None)
-            head = file.get_slice(output).get_shape() if output is not None else None
-    except SafetensorError as error:
-        raise BertTasksError(
-            f"model dir {model_dir}: model.safetensors is damaged ({error}); the dir is half-written, "
-            "copy or save it again"
-        ) from None
+    head = _classifier_shape(model_dir)
     if head is not None and head[0] != num_labels:
         raise BertTasksError(
             f"model dir {model_dir}: config.json names {num_labels} labels but the classifier has {head[0]} "

@@ -134,6 +134,17 @@ class CommandOutput:
         return BertTasksError(f"{self.what}: {what_failed} ({failure_reason(error)}); {self.todo}")
 
 
+def refuse_inside(out: str | Path, source: str | Path, what: str) -> None:
+    """Refuse an output dir that is the model dir `source` a command reads, or lies inside it (after
+    symlinks): the command would change the model dir it reads, and nothing outside OUT is ever touched.
+    `what` names the output ("export OUT", "prune --out"); needs no model."""
+    real, read = os.path.realpath(out), os.path.realpath(source)
+    if os.path.commonpath([real, read]) != read:
+        return
+    where = "is the model dir" if real == read else "lies inside the model dir"
+    raise BertTasksError(f"{what} {out}: {where} {source} it reads; choose a directory outside it")
+
+
 def kernel_dir(path: Path) -> Path | None:
     """/proc or /sys when `path` lies under one (after symlinks): a place no command's output can go."""
     resolved = Path(os.path.realpath(path))  # unlike Path.resolve, never raises on a symlink loop

@@ -3,7 +3,9 @@ and every mistake (bad model dir, empty text, layer or head out of range) is one
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import struct
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from bert_tasks.cli import main
 from bert_tasks.errors import BertTasksError
 from bert_tasks.insight.attention_maps import attention_maps, draw_attention
 from bert_tasks.insight.plots import attention_figure_size, plot_attention_head
+from tests.helpers import cli_error_line
 
 TEXT = "The patient suffers from severe headaches"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -119,6 +122,49 @@ def test_empty_text_and_bad_model_dir(
     assert "no config.json" in error_line(capsys)
     with pytest.raises(BertTasksError, match="the text is empty"):
         attention_maps("\n", tiny_model)
+
+
+def unloadable(run: Path, copy: Path, kind: str) -> Path:
+    """A copy of a fine-tuned dir that torch cannot run as it is: heads pruned in its config.json (weights
+    of that smaller shape, as `prune` writes them), an ONNX export, or a half-written model.safetensors."""
+    shutil.copytree(run, copy)
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    weights = copy / "model.safetensors"
+    if kind == "pruned":
+        config["pruned_heads"] = {"0": [0, 1]}  # the weights' shapes no longer match: never loaded
+    elif kind == "onnx":
+        config["bert_tasks"]["backend"] = "onnx"
+        weights.unlink()
+    else:
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    (copy / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("pruned", "has pruned heads;"),
+        ("onnx", "holds a onnx export, which only predict and evaluate run; pass the model dir it was"),
+        ("damaged", "model.safetensors is damaged"),
+    ],
+)
+@pytest.mark.parametrize("command", ["attention", "memory"])
+def test_a_dir_torch_cannot_run_is_named_for_what_it_is(
+    sentiment_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    message: str,
+    command: str,
+) -> None:
+    """Not "weights do not match config.json" nor --allow-pickle advice: what the dir is, as predict says."""
+    model = str(unloadable(sentiment_run, tmp_path / kind, kind))
+    argv = ["attention", "a text", "--model", model, "--out", str(tmp_path / "a.png")]
+    memory = ["memory", "--model", model, "--seq-len", "8"]
+    line = cli_error_line(argv if command == "attention" else memory, capsys)
+    assert message in line and "pickle" not in line
+    assert not (tmp_path / "a.png").exists()
 
 
 def test_text_longer_than_the_model_is_refused(tiny_model: Path) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from bert_tasks.cli import main
-from bert_tasks.compress import CompressPlan, _report, render_report
+from bert_tasks.compress import CompressPlan, _report, compress, plan_compress, render_report
 from bert_tasks.config import load_recipe
+from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.predictor import Predictor
 from tests.test_cli_startup import probe
 
@@ -82,14 +83,48 @@ def test_an_int8_export_its_parity_check_refused_is_listed_and_never_deployed() 
     assert "| onnx-int8 | refused: o/model.onnx: 98.00% keep their label |" in render_report(report)
 
 
+def with_policy(run: Path, copy: Path, **config: object) -> Path:
+    """A copy of `run` whose config.json holds `config` (`bert_tasks` keys merged into its policy)."""
+    shutil.copytree(run, copy)
+    data = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    data["bert_tasks"] |= config.pop("bert_tasks", {})
+    (copy / "config.json").write_text(json.dumps(data | config), encoding="utf-8")
+    return copy
+
+
+def test_layers_none_runs_no_distill_checks(sentiment_run: Path, tmp_path: Path) -> None:
+    """A multi-label or regression model cannot be distilled, but pruned and exported it can."""
+    multi = with_policy(sentiment_run, tmp_path / "multi", bert_tasks={"multi_label": True})
+    plan = plan_compress("sentiment", multi, tmp_path / "out", layers="none", heads="1", int8=False)
+    assert (plan.steps, plan.distill_cfg.teacher) == (["pruned"], None)
+    with pytest.raises(BertTasksError, match="is a multi-label model; distill teaches"):
+        plan_compress("sentiment", multi, tmp_path / "out", layers="1", int8=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_teacher_that_does_not_load_leaves_no_out(sentiment_run: Path, tmp_path: Path) -> None:
+    damaged = shutil.copytree(sentiment_run, tmp_path / "damaged")
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    plan = plan_compress("sentiment", damaged, tmp_path / "out", layers="none", heads="1", int8=False)
+    with pytest.raises(BertTasksError, match=r"model\.safetensors is damaged"):
+        compress(plan)
+    assert not (tmp_path / "out").exists()
+
+
 def test_every_mistake_is_one_line_before_torch(sentiment_run: Path, tmp_path: Path) -> None:
     no_recipe = shutil.copytree(sentiment_run, tmp_path / "no-recipe")
     (no_recipe / "recipe.yaml").unlink()
     used = tmp_path / "used"
     used.mkdir()
     (used / "notes.txt").write_text("mine")
+    pruned = with_policy(sentiment_run, tmp_path / "pruned", pruned_heads={"0": [0, 1, 2], "1": [0, 1, 2]})
     model = ["compress", "sentiment", "--model", str(sentiment_run)]
     cases = [
+        (  # the student keeps teacher layer 0 and its one head: none can go, said before distilling
+            ["compress", "sentiment", "--model", str(pruned), "--out", "o", "--layers", "1", "--heads", "1"],
+            "the model has 1 heads in 1 layers and each layer keeps one, so at most 0 can go",
+        ),
         ([*model, "--out", str(used)], "exists and is not an empty dir"),
         ([*model, "--out", "o", "--layers", "9"], "student_layers=9: the teacher has 2 layers"),
         ([*model, "--out", "o", "--layers", "some"], "--layers some: give how many of the teacher's 2"),

@@ -103,6 +103,28 @@ def test_continuing_a_model_in_its_own_dir_is_refused(
     assert f"model and output_dir are the same dir ({previous_run})" in line
 
 
+@pytest.mark.parametrize(
+    ("command", "inside"),
+    [
+        (["export", "--model", "{run}", "--format", "onnx", "{out}"], "onnx-inside"),
+        (["export", "--model", "{run}", "--format", "torch", "--quantize", "int8", "{out}"], "."),
+        (["prune", "sentiment", "--model", "{run}", "--heads", "1", "--out", "{out}"], "pruned-inside"),
+        (["distill", "sentiment", "--teacher", "{run}", "output_dir={out}"], "student"),
+        (["compress", "sentiment", "--model", "{run}", "--out", "{out}"], "compressed"),
+        (["finetune", "sentiment", "model={run}", "output_dir={out}"], "again"),
+    ],
+)
+def test_an_output_inside_the_model_dir_it_reads_is_refused(
+    previous_run: Path, workdir: Path, capsys: pytest.CaptureFixture[str], command: list[str], inside: str
+) -> None:
+    """Writing into the source model dir changes the dir the command reads: one line, nothing written."""
+    out = previous_run / inside
+    argv = [part.format(run=previous_run, out=out) for part in command]
+    line = refused(argv, workdir, capsys)
+    where = "is the model dir" if inside == "." else "lies inside the model dir"
+    assert f"{where} {previous_run}" in line and "choose a directory outside it" in line
+
+
 def test_overwrite_refuses_a_dir_holding_the_training_data(
     previous_run: Path, tiny_model: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,7 @@ and an export reloads as the same quantized model (and as a plain fp32 checkpoin
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,21 @@ def test_cli_bad_model_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str], a
     values = {"missing": tmp_path / "missing", "out": tmp_path / "out"}
     assert main([arg.format(**values) for arg in argv]) == 1
     assert "no such directory" in error_line(capsys)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torch"])
+def test_an_int8_export_is_no_source_to_export_again(
+    sentiment_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """An ONNX export of a torch int8 dir would drop its int8 without a word: one line, no OUT written."""
+    int8 = shutil.copytree(sentiment_run, tmp_path / "int8")
+    config = json.loads((int8 / "config.json").read_text(encoding="utf-8"))
+    config["bert_tasks"]["quantize"] = "int8"
+    (int8 / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    out = tmp_path / "again"
+    assert main(["export", "--model", str(int8), "--format", fmt, "--quantize", "int8", str(out)]) == 1
+    assert "holds a int8 export; export the fp32 model dir it was exported from" in error_line(capsys)
+    assert not out.exists()
 
 
 def test_cli_empty_text_and_missing_out(

@@ -20,6 +20,7 @@ from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.evaluate import read_labelled_file
 from bert_tasks.inference.predictor import Predictor, SentimentClassifier
 from bert_tasks.model_dir import load_finetuned, read_policy
+from bert_tasks.pruning import prune
 from bert_tasks.tasks.sentiment_shapes import tune_thresholds
 from bert_tasks.training import train
 from tests.helpers import cli_error_line, one_thread, tiny_config, write_jsonl
@@ -514,6 +515,20 @@ def test_every_python_snippet_of_each_shapes_card_runs(runs: dict[str, Path], sh
             or "'value'" in printed.getvalue()
             or "'labels'" in printed.getvalue()
         )
+
+
+@pytest.mark.parametrize("shape", ["multilabel", "regression"])
+def test_prune_scores_the_heads_on_the_shapes_own_loss(
+    runs: dict[str, Path], shape: str, tmp_path: Path
+) -> None:
+    """Head importance differentiates BCE (multi-label) and MSE (regression), not cross-entropy on class
+    ids those labels are not; the pruned dir predicts."""
+    out = prune("sentiment", runs[shape], "2", tmp_path / "pruned")
+    record = json.loads((out / "pruning.json").read_text(encoding="utf-8"))
+    assert record["heads"]["removed"] == 2
+    assert sum(len(heads) for heads in record["pruned_heads"].values()) == 2
+    assert all(score is None or score >= 0 for row in record["importance"][0] for score in row)
+    assert len(Predictor(out).predict([REVIEW])) == 1
 
 
 def test_pairs_in_memory_and_in_debug_data_are_judged_on_both_texts() -> None:

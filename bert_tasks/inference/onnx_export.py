@@ -20,7 +20,7 @@ import logging
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,7 +38,14 @@ from bert_tasks.inference.onnx_backend import (
     open_session,
     require,
 )
-from bert_tasks.model_dir import POLICY_KEY, check_method, load_finetuned, local_model_dir, read_policy
+from bert_tasks.model_dir import (
+    POLICY_KEY,
+    check_export_source,
+    check_method,
+    load_finetuned,
+    local_model_dir,
+    read_policy,
+)
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -60,18 +67,33 @@ class Parity:
     """How the export's logits compare with the torch model's on the check texts."""
 
     predictions: int
-    agreement: float
+    #: Share of predictions whose label the export keeps; None for a task of values (regression), whose
+    #: parity is the tolerance alone.
+    agreement: float | None
     max_difference: float
     #: Every logit within the method's tolerance.
     close: bool
     method: str | None
 
     @classmethod
-    def measure(cls, expected: list[np.ndarray], found: list[np.ndarray], method: str | None) -> Parity:
-        """Compare per-window logits ([L] or [T, L] each), every scored position counted once."""
+    def measure(
+        cls,
+        expected: list[np.ndarray],
+        found: list[np.ndarray],
+        method: str | None,
+        labels_of: Callable[[np.ndarray], np.ndarray | None] = lambda logits: logits.argmax(-1),
+    ) -> Parity:
+        """Compare per-window logits ([L] or [T, L] each), every scored position counted once.
+
+        `labels_of`: what a position predicts, [P] or [P, ...] from [P, L] (`Task.window_labels`: the
+        class, a multi-label model's thresholded set); a position keeps its label when all of it is equal.
+        """
         reference = np.concatenate([np.atleast_2d(x) for x in expected])  # [P, L]
         exported = np.concatenate([np.atleast_2d(x) for x in found])  # [P, L]
-        agreement = float((reference.argmax(-1) == exported.argmax(-1)).mean())
+        kept, got = labels_of(reference), labels_of(exported)
+        agreement = None
+        if kept is not None and got is not None:
+            agreement = float((kept == got).reshape(len(reference), -1).all(-1).mean())
         absolute, relative = TOLERANCES[method]
         difference = np.abs(exported - reference)  # [P, L]
         close = bool((difference <= absolute + relative * np.abs(reference)).all())
@@ -79,14 +101,18 @@ class Parity:
 
     @property
     def passed(self) -> bool:
-        return self.close and self.agreement >= MIN_AGREEMENT
+        return self.close and (self.agreement is None or self.agreement >= MIN_AGREEMENT)
 
     def __str__(self) -> str:
         absolute, relative = TOLERANCES[self.method]
+        kept = (
+            ""
+            if self.agreement is None
+            else f"{self.agreement:.2%} keep their label (at least {MIN_AGREEMENT:.0%} needed); "
+        )
         return (
-            f"checked against the torch model on {self.predictions} predictions: {self.agreement:.2%} "
-            f"keep their label (at least {MIN_AGREEMENT:.0%} needed); largest logit difference "
-            f"{self.max_difference:.2g} (allowed: {absolute:g} + {relative:g} x |logit|)"
+            f"checked against the torch model on {self.predictions} predictions: {kept}largest logit "
+            f"difference {self.max_difference:.2g} (allowed: {absolute:g} + {relative:g} x |logit|)"
         )
 
 
@@ -110,6 +136,7 @@ def export_onnx(
     for module in ("onnx", "onnxruntime", "onnxscript"):
         require(module, "export --format onnx")
     check_method(method)
+    check_export_source(model_dir, out_dir)
     out = Path(out_dir)
     with CommandOutput(out, f"export {out}", "choose a new directory you can write to", fresh=True) as target:
         raw = _check_texts(model_dir, check_file)
@@ -134,7 +161,7 @@ def export_onnx(
                     if (loaded.directory / name).is_file():
                         shutil.copy2(loaded.directory / name, out / name)
                 (out / MODEL_CARD).write_text(str(card), encoding="utf-8")
-    logger.info("%s: %s", out / ONNX_FILE, parity)
+    logger.debug("%s: %s", out / ONNX_FILE, parity)  # the CLI prints it with the dir
     return parity
 
 
@@ -172,7 +199,7 @@ def _export_checked(loaded: FinetunedModel, raw: Dataset, graph: Path, method: s
         fp32.unlink()
     session = open_session(graph)
     found = OnnxBackend(session).window_logits(encoded, padding, 64, "check")
-    return Parity.measure(reference, found, method)
+    return Parity.measure(reference, found, method, task.window_labels)
 
 
 def _trace(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path) -> None:
@@ -264,7 +291,9 @@ def _quantize_int8(fp32: Path, out: Path) -> None:
 def _silenced() -> Iterator[None]:
     """The exporters' notes for their developers, not for users: warnings, torch.onnx's log records
     (operators of packages not installed), and onnxruntime's advice, logged on the root logger, to
-    pre-process graphs (shape inference, which dynamic quantization of matmuls does not need)."""
+    pre-process graphs (shape inference, which dynamic quantization of matmuls does not need). A handler
+    the quantizer adds to the root logger (`logging.basicConfig`) is removed again: it would print every
+    later log line a second time, in Python's default format."""
     exporter = logging.getLogger("torch.onnx")
     level = exporter.level
     root = logging.getLogger()
@@ -272,6 +301,7 @@ def _silenced() -> Iterator[None]:
     def keep(record: logging.LogRecord) -> bool:
         return record.levelno >= logging.ERROR or "onnxruntime" not in record.pathname
 
+    handlers = list(root.handlers)
     exporter.setLevel(logging.ERROR)
     root.addFilter(keep)
     try:
@@ -281,3 +311,5 @@ def _silenced() -> Iterator[None]:
     finally:
         root.removeFilter(keep)
         exporter.setLevel(level)
+        for added in [h for h in root.handlers if h not in handlers]:  # onnxruntime's logging.basicConfig
+            root.removeHandler(added)

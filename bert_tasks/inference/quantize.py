@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import POLICY_KEY, QUANTIZE_METHODS, check_method, load_finetuned
+from bert_tasks.model_dir import (
+    POLICY_KEY,
+    QUANTIZE_METHODS,
+    check_export_source,
+    check_method,
+    load_finetuned,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -110,6 +116,7 @@ def export_quantized(model_dir: str | Path, out_dir: str | Path, method: str = "
 
     if check_method(method) is None:
         raise BertTasksError(f"export: choose a quantization method ({', '.join(QUANTIZE_METHODS)})")
+    check_export_source(model_dir, out_dir)
     out = Path(out_dir)
     todo = "choose a new directory you can write to"
     with CommandOutput(out, f"export {out}", todo, fresh=True) as target:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from bert_tasks.config import DEFAULT_MODEL
 from bert_tasks.errors import BertTasksError
+from bert_tasks.model_dir import check_torch_weights
 from bert_tasks.output_paths import CommandOutput, check_png_path, check_replaceable
 
 if TYPE_CHECKING:
@@ -60,19 +61,20 @@ def attention_maps(
     """
     if not text.strip():
         raise BertTasksError("the text is empty; give at least one word to draw attention for")
+    check_torch_weights(model)
     import torch
 
     from bert_tasks.modeling.encoders import is_fused
-    from bert_tasks.modeling.load import load_model, load_tokenizer
+    from bert_tasks.modeling.load import load_config, load_model, load_tokenizer
 
+    if getattr(load_config(model), "pruned_heads", None):  # before its smaller weights fail to load
+        raise BertTasksError(
+            f"model {model}: has pruned heads; attention maps need every head of every layer"
+        )
     tokenizer = load_tokenizer(model)
     encoder = load_model(model, "base").eval()
     if not is_fused(encoder):
         encoder.set_attn_implementation("eager")  # the implementation that returns its probabilities
-    if getattr(encoder.config, "pruned_heads", None):
-        raise BertTasksError(
-            f"model {model}: has pruned heads; attention maps need every head of every layer"
-        )
     text_pieces = len(tokenizer(text, verbose=False)["input_ids"])
     # RoBERTa-style position ids start after the padding index: its tokenizer knows the real limit.
     limit = min(encoder.config.max_position_embeddings, tokenizer.model_max_length)

@@ -4,7 +4,8 @@
 it by the expected sensitivity of the loss to its gate, I_h = E_x |dL(x)/dxi_h|, over labelled data, then
 normalises the scores of each layer by their L2 norm (without it, heads of some layers score higher across
 the board and pruning by a global ranking empties them first). The loss is the task's own on gold labels:
-the head's cross-entropy, per window (a NER window's is the mean over the sub-tokens it labels). The
+`Task.window_losses`, per window: cross-entropy (a NER window's is the mean over the sub-tokens it
+labels), a multi-label head's BCE, a regression head's squared error. The
 gates are one per window (`modeling.head_gates`), so a single backward pass gives every window's own
 gradient; the absolute value is taken per window, as the expectation asks, not of a batch's summed
 gradient (where heads whose gradients cancel between examples would look unimportant).
@@ -14,27 +15,30 @@ Scores come in the model's original numbering, [layers, heads of the unpruned co
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bert_tasks.data.padded_batches import model_inputs
 from bert_tasks.modeling.head_gates import gated_heads, self_attentions
+from bert_tasks.training.objectives import window_cross_entropy
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-#: The label id transformers' heads (and bert-tasks' encoders) give positions that carry no target.
-IGNORED = -100
-
 
 def head_importance(
-    model: PreTrainedModel, batches: Iterable[dict[str, torch.Tensor]], device: torch.device | None = None
+    model: PreTrainedModel,
+    batches: Iterable[dict[str, torch.Tensor]],
+    device: torch.device | None = None,
+    losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = window_cross_entropy,
 ) -> np.ndarray:
     """E |dL/dxi_h| over every window of `batches` (labelled, as the task's collator pads them): [L, H].
+
+    `losses`: each window's loss from (logits, labels), [B]: the task's own (`Task.window_losses`), since
+    a multi-label or regression head's labels are no class ids.
 
     The model runs in eval mode (no dropout: the gradient of the model that predicts) and its weights get
     no gradients; each batch is a forward and one backward pass to the gates only.
@@ -46,7 +50,7 @@ def head_importance(
     for batch in batches:
         if device is not None:
             batch = {key: value.to(device) for key, value in batch.items()}
-        labels = batch["labels"]  # [B] or [B, T]
+        labels = batch["labels"]  # [B], [B, T] or [B, C] (multi-hot)
         rows = labels.shape[0]
         where = next(model.parameters()).device
         # per layer [B, H_l]
@@ -55,7 +59,7 @@ def head_importance(
         ]
         with torch.enable_grad(), gated_heads(model, gates):
             logits = model(**model_inputs(batch, with_labels=False)).logits  # [B, C] or [B, T, C]
-            loss = window_losses(logits, labels).sum()
+            loss = losses(logits, labels).sum()
             grads = torch.autograd.grad(loss, gates)
         for total, grad in zip(totals, grads, strict=True):
             total += grad.abs().sum(dim=0).double().cpu()
@@ -63,18 +67,6 @@ def head_importance(
     if windows == 0:
         raise ValueError("head_importance: no labelled windows to measure the heads on")
     return _in_original_numbering(model, [(total / windows).numpy() for total in totals])
-
-
-def window_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The head's cross-entropy of each window: [B, C] / [B] -> [B]; [B, T, C] / [B, T] -> [B], the mean
-    over the window's labelled positions (-100 ignored), in float32 as transformers' heads compute it."""
-    losses = F.cross_entropy(
-        logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORED, reduction="none"
-    ).view(labels.shape)  # [B] or [B, T]
-    if losses.dim() == 1:
-        return losses
-    counted = (labels != IGNORED).sum(dim=1).clamp(min=1)  # [B]
-    return losses.sum(dim=1) / counted
 
 
 def normalise_per_layer(importance: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from transformers import BertModel
 
 from bert_tasks.errors import BertTasksError
 from bert_tasks.insight.peak_memory import peak_memory_bytes
+from bert_tasks.model_dir import check_torch_weights
 from bert_tasks.modeling.encoders import require_fused
 from bert_tasks.modeling.load import DEFAULT_MODEL, load_config, load_model
 from bert_tasks.runtime import reuse_freed_memory
@@ -107,6 +108,7 @@ def attention_memory(
             f"batch and seq_len must be at least 1, got batch {batch}, seq_len {seq_len}; "
             "pass --batch and --seq-len of 1 or more"
         )
+    check_torch_weights(model)
     config = load_config(model)
     require_fused(config, "memory", model, "measure a BERT model (it compares fused with eager BERT)")
     positions = config.max_position_embeddings

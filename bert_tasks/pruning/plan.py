@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bert_tasks.config import Config, load_recipe, may_carve
+from bert_tasks.config import Config, exact_int, load_recipe, may_carve
 from bert_tasks.errors import BertTasksError
-from bert_tasks.model_dir import BACKENDS, ModelPolicy, local_model_dir, read_policy
+from bert_tasks.model_dir import ModelPolicy, local_model_dir, read_policy, refuse_export
+from bert_tasks.output_paths import refuse_inside
 from bert_tasks.pruning.heads import ModelShape, head_items, read_shape
 from bert_tasks.tasks import task_class
 from bert_tasks.training.distill import check_whole_heads, transfer_kinds
@@ -121,12 +122,9 @@ def plan_pruning(
     """
     directory = local_model_dir(model_dir)
     policy = read_policy(directory, task)
-    if policy.backend != BACKENDS[0] or policy.quantize is not None:
-        what = policy.backend if policy.backend != BACKENDS[0] else policy.quantize
-        raise BertTasksError(
-            f"model dir {directory} holds a {what} export; prune the fp32 model dir it was exported from, "
-            "then export the pruned dir"
-        )
+    refuse_export(
+        directory, policy, "prune the fp32 model dir it was exported from, then export the pruned dir"
+    )
     shape = read_shape(directory)
     remove = heads_to_remove(heads, shape)
     prune_values, config_overrides = _split_overrides(overrides)
@@ -143,6 +141,7 @@ def plan_pruning(
             f"steps={steps}: each step removes at least one head, and {remove} go; give steps=1 to {remove}"
         )
     out = Path(out_dir) if out_dir is not None else directory.parent / f"{directory.name}-pruned-{remove}"
+    refuse_inside(out, directory, "prune --out")
     given = frozenset(item.partition("=")[0].strip() for item in config_overrides)
     sizes = step_sizes(remove, steps)
     return PrunePlan(directory, out, policy, shape, sizes, recover_steps, cfg, given)
@@ -257,9 +256,10 @@ def _whole(values: dict[str, str], key: str, default: int | None, low: int) -> i
     if key not in values:
         return default
     text = values[key]
-    if not text.isdigit() or int(text) < low or int(text) > 2**31 - 1:
+    number = exact_int(text)
+    if number is None or not low <= number <= 2**31 - 1:
         raise BertTasksError(f"{key}={text!r} on the command line: expected a whole number >= {low}")
-    return int(text)
+    return number
 
 
 def _check_keys(overrides: list[str], task_options: tuple[str, ...], recover_steps: int) -> None:

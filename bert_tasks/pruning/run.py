@@ -199,7 +199,7 @@ class _Pruning:
         loader = eval_loader(self.encoded["validation"], self.collate, self.plan.cfg.eval_batch_size)
         shown = progress_bars_wanted()
         batches = tqdm(loader, desc="head importance", disable=not shown, leave=False, delay=2)
-        return head_importance(self.model, batches, self.device)
+        return head_importance(self.model, batches, self.device, self.task.window_losses)
 
 
 def _recover(plan: PrunePlan, record: dict[str, Any]) -> dict[str, Any]:

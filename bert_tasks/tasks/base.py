@@ -373,6 +373,20 @@ class Task(ABC):
         """Adjust a loaded model before it trains or predicts; nothing by default (regression keeps its
         output layer in float32)."""
 
+    def window_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Each window's loss on its gold labels, [B]: what head importance differentiates per window
+        (`insight.head_importance`). Cross-entropy by default, a NER window's averaged over its labelled
+        sub-tokens."""
+        from bert_tasks.training.objectives import window_cross_entropy
+
+        return window_cross_entropy(logits, labels)
+
+    def window_labels(self, logits: np.ndarray) -> np.ndarray | None:
+        """What each scored position predicts, [P] or [P, ...], from its logits [P, C]: the class (argmax).
+        An ONNX export's parity check requires the export to keep it; None: the task predicts values, and
+        only the logits' tolerance is checked."""
+        return logits.argmax(-1)
+
     # Showing: to programs (records) and to people (text, plots).
 
     @abstractmethod

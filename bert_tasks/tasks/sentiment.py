@@ -373,6 +373,12 @@ class SentimentTask(Task):
     def prepare_model(self, model: PreTrainedModel) -> None:
         self.shape.prepare_model(model)
 
+    def window_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.shape.window_losses(logits, labels)
+
+    def window_labels(self, logits: np.ndarray) -> np.ndarray | None:
+        return self.shape.window_labels(logits)
+
     # Showing.
 
     def record(self, text: Input, prediction: dict[str, Any]) -> dict[str, Any]:

@@ -187,6 +187,16 @@ class LabelShape(ABC):
     def prepare_model(self, model: PreTrainedModel) -> None:  # noqa: B027
         """Adjust a loaded model before it trains or predicts (nothing here)."""
 
+    def window_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Each window's cross-entropy on its class id: [B, C] / [B] -> [B] (`Task.window_losses`)."""
+        from bert_tasks.training.objectives import window_cross_entropy
+
+        return window_cross_entropy(logits, labels)
+
+    def window_labels(self, logits: np.ndarray) -> np.ndarray | None:
+        """Each window's class: [P, C] -> [P] (`Task.window_labels`)."""
+        return logits.argmax(-1)
+
 
 class SingleLabel(LabelShape):
     """One class per text, the head's softmax over them."""
@@ -387,6 +397,18 @@ class MultiLabel(LabelShape):
         self.thresholds = tune_thresholds(_sigmoid(logits), _multi_hot(gold, labels))
         return {"thresholds": self.thresholds}
 
+    def window_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Each window's BCE-with-logits against its multi-hot row, the mean over labels as transformers'
+        head takes it: [B, C] / [B, C] -> [B]."""
+        import torch.nn.functional as F
+
+        per_label = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="none")
+        return per_label.mean(dim=-1)  # [B]
+
+    def window_labels(self, logits: np.ndarray) -> np.ndarray | None:
+        """Each window's label set at the thresholds in use: [P, C] -> [P, C] booleans."""
+        return _sigmoid(logits) >= self.cutoffs(logits.shape[-1])
+
 
 #: The most integers `ordinal=true` rounds to: a rating scale, not every integer of a wide range.
 MAX_ORDINAL_CLASSES = 1000
@@ -543,6 +565,14 @@ class Regression(LabelShape):
         from bert_tasks.modeling.float32_output import keep_in_float32
 
         keep_in_float32(model.get_submodule(_output_layer(model)))
+
+    def window_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Each window's squared error, as transformers' MSE head: [B, 1] / [B] -> [B]."""
+        return (logits.float().squeeze(-1) - labels.float()).pow(2)
+
+    def window_labels(self, logits: np.ndarray) -> np.ndarray | None:
+        """None: a value has no label to keep; an export's parity is its values' tolerance."""
+        return None
 
     def saved_weights(self, model: PreTrainedModel, weights: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The head's last layer with the target scaling folded in: w' = std * w, b' = std * b + mean, so

@@ -39,6 +39,19 @@ def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, weights: 
     )
 
 
+def window_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The head's cross-entropy of each window: [B, C] / [B] -> [B]; [B, T, C] / [B, T] -> [B], the mean
+    over the window's labelled positions (-100 ignored), in float32 as transformers' heads compute it.
+    What head importance differentiates per window (`Task.window_losses`)."""
+    losses = F.cross_entropy(
+        logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORED, reduction="none"
+    ).view(labels.shape)  # [B] or [B, T]
+    if losses.dim() == 1:
+        return losses
+    counted = (labels != IGNORED).sum(dim=1).clamp(min=1)  # [B]
+    return losses.sum(dim=1) / counted
+
+
 class TaskLoss:
     """The training loss of one batch: the head's own, or class-weighted when weights are given."""
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bert_tasks.errors import BertTasksError
-from bert_tasks.output_paths import kernel_dir
+from bert_tasks.output_paths import kernel_dir, refuse_inside
 
 MANIFEST = ".bert-tasks-run.json"
 #: What runs wrote before manifests existed; such a run is known by the first line of its recipe.yaml.
@@ -114,6 +114,9 @@ class OutputDir:
                 f"--resume: output_dir {out} does not exist; check the path, or drop --resume to start a "
                 "new run"
             )
+        for read in reads:  # the model or teacher dir (the same dir is answered once it is locked)
+            if os.path.isdir(read) and os.path.realpath(read) != os.path.realpath(out):
+                refuse_inside(out, read, "output_dir")
         created = _make_dirs(out) if lock else []
         claimed = cls(out, _lock(out, created) if lock else None, created)
         try:

@@ -10,10 +10,12 @@ import pytest
 import torch
 from transformers import BertForSequenceClassification, BertForTokenClassification
 
-from bert_tasks.insight.head_importance import head_importance, normalise_per_layer, window_losses
+from bert_tasks.insight.head_importance import head_importance, normalise_per_layer
 from bert_tasks.modeling.head_gates import gated_heads
 from bert_tasks.modeling.patch import patch_bert
 from bert_tasks.pruning.plan import choose_heads
+from bert_tasks.tasks.sentiment import SentimentTask
+from bert_tasks.training.objectives import window_cross_entropy
 from tests.helpers import tiny_bert_config
 
 HEADS = (BertForSequenceClassification, BertForTokenClassification)
@@ -95,15 +97,43 @@ def test_window_losses_are_the_heads_own_loss(padded_batch) -> None:
         batch = labelled(head, padded_batch)
         with torch.no_grad():
             output = model(**batch)
-        losses = window_losses(output.logits, batch["labels"])  # [B]
+        losses = window_cross_entropy(output.logits, batch["labels"])  # [B]
         if head is BertForSequenceClassification:
             torch.testing.assert_close(losses.mean(), output.loss)
         else:  # the head averages over every labelled token of the batch; one window alone is its loss
             one = {key: value[:1] for key, value in batch.items()}
             with torch.no_grad():
                 alone = model(**one)
-            torch.testing.assert_close(window_losses(alone.logits, one["labels"])[0], alone.loss)
+            torch.testing.assert_close(window_cross_entropy(alone.logits, one["labels"])[0], alone.loss)
             torch.testing.assert_close(losses[0], alone.loss, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("options", "problem", "labels"),
+    [
+        ({"multi_label": True}, "multi_label_classification", 3),
+        ({"regression": True}, "regression", 1),
+    ],
+)
+def test_each_shapes_window_losses_are_its_heads_own_loss(
+    options: dict[str, bool], problem: str, labels: int, padded_batch
+) -> None:
+    """Multi-label (BCE on multi-hot rows) and regression (MSE on values): their labels are no class ids."""
+    torch.manual_seed(0)
+    model = patch_bert(
+        BertForSequenceClassification(tiny_bert_config(num_labels=labels, problem_type=problem))
+    ).eval()
+    rows = padded_batch["input_ids"].shape[0]
+    generator = torch.Generator().manual_seed(1)
+    multi_hot = torch.randint(0, 2, (rows, labels), generator=generator).float()  # [B, C]
+    gold = multi_hot if labels > 1 else torch.randn(rows, generator=generator)  # [B, C] or [B]
+    batch = {**padded_batch, "labels": gold}
+    with torch.no_grad():
+        output = model(**batch)
+    losses = SentimentTask(**options).window_losses(output.logits, gold)  # [B]
+    assert losses.shape == (rows,)
+    torch.testing.assert_close(losses.mean(), output.loss)
+    assert np.isfinite(head_importance(model, [batch], losses=SentimentTask(**options).window_losses)).all()
 
 
 def test_normalisation_is_the_l2_norm_of_each_layer_without_pruned_heads() -> None:
