@@ -457,6 +457,11 @@ def test_shape_settings_that_cannot_work_are_one_line_before_the_model_loads(
     assert "rounds regression values; set regression=true" in cli_error_line(
         [*base, "round_to=[1,2]"], capsys
     )
+    single = DEMO / "sentiment" / "train.jsonl"
+    assert cli_error_line([*base, f"train_file={single}", "thresholds=[0.5]"], capsys) == (
+        f"bert-tasks: error: thresholds: {single} holds one label per text, not label sets, and thresholds "
+        "are multi-label's; drop thresholds, or write each label as a set (a JSON list or a|b)"
+    )
     assert not (tmp_path / "out").exists()
 
 

@@ -169,6 +169,12 @@ class SentimentTask(Task):
                 splits = {split: _as_sets(data) for split, data in splits.items()}
             self.option_values["multi_label"] = multi
             self._choose_shape()
+            if cfg.thresholds is not None and not multi:
+                raise BertTasksError(
+                    f"thresholds: {sources.get('train', 'the data')} holds one label per text, not label "
+                    "sets, and thresholds are multi-label's; drop thresholds, or write each label as a set "
+                    "(a JSON list or a|b)"
+                )
         train = splits.get("train")
         self.option_values |= self.shape.settle(train, cfg)
         self.metric_names = self.shape.metric_names  # regression's rounding, once `ordinal` knows its range
