@@ -135,6 +135,7 @@ def test_the_json_report_is_one_object_on_stdout(capsys: pytest.CaptureFixture[s
         ("one label", "the training data has one label only ('O')"),
         ("label_names", "label_names=['O', 'B-Disease', 'I-Disease'] lacks ['B-Chemical', 'I-Chemical']"),
         ("no train", "no training data; set train_file or a dataset with a train split"),
+        ("class_weights", "class_weights has 2 weight(s) but the training data has 5 labels"),
     ],
 )
 @pytest.mark.slow
@@ -150,6 +151,8 @@ def test_errors_print_the_report_and_exit_1(
         overrides[0] = f"train_file={write_conll(tmp_path / 'o.conll', [[('fever', 'O')]])}"
     elif case == "label_names":
         overrides.append("label_names=[O,B-Disease,I-Disease]")
+    elif case == "class_weights":
+        overrides.append("class_weights=[1,3]")
     else:
         overrides[0] = "train_file=none"
     capsys.readouterr()

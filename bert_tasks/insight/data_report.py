@@ -24,6 +24,7 @@ from bert_tasks.data.files import is_blank
 from bert_tasks.data.splits import read_unchecked_splits, split_problems
 from bert_tasks.errors import BertTasksError
 from bert_tasks.tasks import get_task
+from bert_tasks.training.class_weights import check_class_weights
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -132,10 +133,15 @@ def _model_labels(task: Task, splits: dict[str, Dataset], cfg: Config, errors: l
     if "train" not in splits:
         return None
     try:
-        return task.label_names(splits["train"], cfg)
+        labels = task.label_names(splits["train"], cfg)
     except BertTasksError as error:  # e.g. label_names that lack a tag of the training data
         errors.append(str(error))
         return None
+    try:  # a weight list must match the label set finetune's loss gets
+        check_class_weights(cfg.class_weights, labels)
+    except BertTasksError as error:
+        errors.append(str(error))
+    return labels
 
 
 def _split_report(
