@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from bert_tasks import __version__
-from bert_tasks.config import DEFAULT_MODEL, Config
+from bert_tasks.config import DEFAULT_MODEL, FIELDS, Config
 from bert_tasks.errors import BertTasksError
 from bert_tasks.inference.serve_settings import ServeSettings
 from bert_tasks.model_dir import QUANTIZE_METHODS
@@ -615,10 +615,9 @@ def _check_texts_given(args: argparse.Namespace) -> None:
     (the model's saved ones apply), so such a word was meant as one and would be predicted as a text."""
     if not args.texts and not args.file:
         raise BertTasksError(_NOTHING_TO_PREDICT)
-    keys = {field.name for field in dataclasses.fields(Config)}
     for text in args.texts:
         key, equals, _ = text.partition("=")
-        if equals and key in keys:
+        if equals and key in FIELDS:
             raise BertTasksError(
                 f"predict: the text {text!r} is a {key}= setting, and predict takes none: it runs the model "
                 f"with the settings saved in it; to predict {text!r} as a text, give it in a --file"

@@ -309,7 +309,8 @@ class Config:
 #: so `bert-tasks finetune sentiment` runs out of the box and a user's data never mixes with the demo's.
 _DEMO_KEYS = ("train_file", "validation_file")
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
+#: Every key a recipe or `key=value` may set.
+FIELDS = tuple(f.name for f in dataclasses.fields(Config))
 _TYPES = typing.get_type_hints(Config)
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
 #: transformers' TrainingArguments names, so users of its examples get pointed at ours.
@@ -548,9 +549,9 @@ def _typed(raw: Mapping[Any, Any], source: str) -> dict[str, Any]:
     """Reject unknown keys and convert each value to its field's annotated type."""
     typed = {}
     for key, value in raw.items():
-        if key not in _FIELDS:
+        if key not in FIELDS:
             close = _closest_key(str(key))
-            hint = f"did you mean '{close}'?" if close else f"valid keys: {', '.join(_FIELDS)}"
+            hint = f"did you mean '{close}'?" if close else f"valid keys: {', '.join(FIELDS)}"
             raise BertTasksError(f"unknown config key {_show(str(key))} {source}; {hint}")
         typed[key] = _coerce(key, value, _TYPES[key], source)
     return typed
@@ -560,11 +561,11 @@ def _closest_key(key: str) -> str | None:
     """The key meant by an unknown one: its HF Trainer name (`learning_rate`), another case or `-` for
     `_` (`EPOCHS`, `Learning-Rate`), or the nearest spelling; None when nothing is near."""
     plain = key.casefold().replace("-", "_")
-    if plain in _FIELDS:
+    if plain in FIELDS:
         return plain
     if plain in _HF_NAMES:
         return _HF_NAMES[plain]
-    close = difflib.get_close_matches(plain, _FIELDS, 1)
+    close = difflib.get_close_matches(plain, FIELDS, 1)
     return close[0] if close else None
 
 

@@ -228,9 +228,9 @@ def text_records(
         return
     if first[1].lstrip().startswith("["):
         buffered = [first, *lines]
-        records = _json_or_none("\n".join(line for _, line in buffered))
+        joined = "\n".join(line for _, line in buffered)
+        records = _json_or_none(joined)
         if isinstance(records, list) and records and all(isinstance(r, dict) for r in records):
-            joined = "\n".join(line for _, line in buffered)
             _parse(name, joined, "fix the file", echoed_json.loads)  # its numbers are written back too
             for number, record in enumerate(records, start=1):
                 yield f"{name}: record {number}", check(f"{name}: record {number}", record)
